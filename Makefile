@@ -1,0 +1,51 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Everything else is set up here.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+export DAGSTER_HOME := $(CURDIR)/dagster_home
+export BACKFILL_ASSETS_WAREHOUSE ?= $(CURDIR)/data/warehouse.duckdb
+
+.PHONY: setup demo test lint dev bench screenshots browser clean
+
+$(BIN)/.installed: pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+setup: $(BIN)/.installed
+	mkdir -p data dagster_home
+
+## The main job: the demo backfill on the embedded DuckDB, end to end.
+demo: setup
+	$(BIN)/backfill-assets demo
+
+## The whole suite: lint, type check, then every test (slow end-to-end ones included).
+test: setup browser
+	$(BIN)/ruff check backfill_assets tests bench
+	$(BIN)/pyright
+	$(BIN)/pytest -q -ra
+
+lint: setup
+	$(BIN)/ruff check backfill_assets tests bench
+	$(BIN)/ruff format --check backfill_assets tests bench || true
+	$(BIN)/pyright
+
+## The Dagster UI (webserver + daemon) on http://127.0.0.1:3000
+dev: setup
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+bench: setup
+	$(BIN)/python -m bench.run
+
+## Headless Chromium for the browser tests (Debian's package; `playwright install` cannot work here).
+browser:
+	@command -v chromium >/dev/null || { \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null; }
+
+screenshots: setup browser
+	$(BIN)/pytest -q -m browser tests/ui --screenshots docs/img
+
+clean:
+	rm -rf data/*.duckdb* dagster_home/storage dagster_home/history dagster_home/schedules dagster_home/logs

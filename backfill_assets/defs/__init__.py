@@ -1,0 +1,2 @@
+"""Dagster wiring: assets, checks, jobs, sensors, resources. Decorators call into lib/ and
+service/ and do nothing else."""

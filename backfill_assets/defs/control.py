@@ -1,0 +1,28 @@
+"""Control-plane definitions shared by every backfillable table: the plans asset, and (as they
+land) the planning, approval, batch, swap and rollback jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import dagster as dg
+
+from backfill_assets.constants import PLANS_ASSET, PLANS_PARTITIONS
+
+if TYPE_CHECKING:
+    from backfill_assets.table import BackfillableTable
+
+PLANS_PARTITIONS_DEF = dg.DynamicPartitionsDefinition(name=PLANS_PARTITIONS)
+
+plans_spec = dg.AssetSpec(
+    PLANS_ASSET,
+    partitions_def=PLANS_PARTITIONS_DEF,
+    group_name="backfill_control",
+    description="Approved backfill plans, one partition per plan id. Each materialization's "
+    "metadata holds the plan (JSON), its Markdown for review, and its status.",
+)
+
+
+def control_definitions(tables: Mapping[str, BackfillableTable]) -> dg.Definitions:
+    return dg.Definitions(assets=[plans_spec])

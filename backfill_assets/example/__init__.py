@@ -1,0 +1,1 @@
+"""The example pipeline: synthetic orders -> orders_daily -> dbt marts."""

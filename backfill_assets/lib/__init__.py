@@ -1,0 +1,1 @@
+"""Pure and warehouse-facing logic. Nothing here imports from backfill_assets.defs."""

@@ -1,0 +1,1 @@
+"""Pure planning: criteria, impact, cost, weekly batches, windows. No I/O, no clock reads."""

@@ -1,0 +1,781 @@
+"""DuckDB adapter: one table per ISO week behind a view named like the target.
+
+Layout for a table `orders_daily` (all in schema main):
+
+- `orders_daily__template`: empty, holds the schema; the view always has at least this table.
+- `orders_daily__w2026w03`: live rows of ISO week 2026-W03.
+- `orders_daily` (view): template UNION ALL every live week table, explicit column list.
+- `orders_daily__shadow__w2026w03` and view `orders_daily__shadow`: what a backfill writes.
+- `orders_daily__backup__<plan>__w2026w03`: live weeks a swap replaced, until released.
+
+A swap renames live -> backup and shadow -> live for every week of the plan in one transaction
+(pointer moves, no row copies except the few days of a partial first/last week that lie outside
+the plan). Rollback is the same move in reverse. `backfill_meta` holds per-partition write
+versions, the shadow's build log and the swap log, so a swap can refuse when the live partition
+changed after its shadow was built.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SUFFIX, WEEK_INFIX
+from backfill_assets.errors import SwapRefused, WarehouseError
+from backfill_assets.lib.dates import iso_weeks, week_id
+from backfill_assets.lib.spec import TableSpec
+from backfill_assets.lib.warehouse.base import PartitionStats, SampleDiff, SwapResult
+from backfill_assets.lib.warehouse.identifiers import (
+    column_list,
+    quote_ident,
+    validate_ident,
+    validate_predicate,
+)
+
+M = METADATA_SCHEMA
+_WEEK_RE = re.compile(r"(\d{4})w(\d{2})$")
+
+
+def _monday_of(week: str) -> dt.date:
+    m = _WEEK_RE.search(week)
+    if not m:
+        raise WarehouseError(f"unexpected week id {week!r}")
+    return dt.date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
+
+
+class DuckDBWarehouse:
+    """Short-lived connections to one DuckDB file (DuckDB allows one writing process per file)."""
+
+    def __init__(self, path: str | Path, lock_timeout_s: float = 30.0):
+        self.path = str(path)
+        self.lock_timeout_s = lock_timeout_s
+
+    # -- connections -------------------------------------------------------------------------
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Open the file, waiting up to `lock_timeout_s` while another process holds it."""
+        p = Path(self.path)
+        if p.is_dir():
+            raise WarehouseError(f"warehouse path {self.path} is a directory; point it at a file")
+        if not p.parent.is_dir():
+            raise WarehouseError(
+                f"warehouse folder {p.parent} does not exist; create it or set "
+                "BACKFILL_ASSETS_WAREHOUSE to a path in an existing folder"
+            )
+        if read_only and not p.exists():
+            raise WarehouseError(
+                f"warehouse {self.path} does not exist yet; build the target first "
+                "(e.g. `make demo` or the daily job)"
+            )
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                con = duckdb.connect(self.path, read_only=read_only)
+                break
+            except duckdb.IOException as e:
+                msg = str(e)
+                if "lock" in msg.lower() and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if "lock" in msg.lower():
+                    raise WarehouseError(
+                        f"warehouse {self.path} is held by another process and stayed locked for "
+                        f"{self.lock_timeout_s:.0f}s; stop that process or retry later ({msg})"
+                    ) from e
+                raise WarehouseError(f"cannot open warehouse {self.path}: {msg}") from e
+            except duckdb.Error as e:
+                raise WarehouseError(
+                    f"cannot open warehouse {self.path}: {e} (is it a DuckDB file?)"
+                ) from e
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.connect() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+        """Run one statement in its own transaction and fetch every row (for set-up and tests)."""
+        with self.connect() as con:
+            return con.execute(sql, params).fetchall()
+
+    def query(self, sql: str, params: Any = None) -> list[tuple]:
+        """Read-only query in a read-only connection."""
+        with self.connect(read_only=True) as con:
+            return con.execute(sql, params).fetchall()
+
+    # -- names -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _week_table(base: str, day: dt.date) -> str:
+        return validate_ident(f"{base}{WEEK_INFIX}{week_id(day)}", "week table")
+
+    @staticmethod
+    def _backup_base(spec: TableSpec, plan_id: str) -> str:
+        return f"{spec.name}{BACKUP_INFIX}{validate_ident(plan_id, 'plan id')}"
+
+    def _week_tables(self, con: duckdb.DuckDBPyConnection, base: str) -> dict[str, str]:
+        """Existing week tables of `base` (live or shadow name) keyed by week id."""
+        prefix = f"{base}{WEEK_INFIX}"
+        rows = con.execute(
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
+            "AND starts_with(table_name, $p)",
+            {"p": prefix},
+        ).fetchall()
+        out = {}
+        for (name,) in rows:
+            rest = name[len(prefix):]
+            if _WEEK_RE.fullmatch(rest):
+                out[rest] = name
+        return out
+
+    def _exists(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
+        return bool(
+            con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' "
+                "AND table_name = $n",
+                {"n": name},
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    # -- DDL ---------------------------------------------------------------------------------
+
+    def ensure_table(self, spec: TableSpec) -> None:
+        """Create metadata, template and the live/shadow views if missing (idempotent)."""
+        with self.transaction() as con:
+            self._ensure(con, spec)
+
+    def _ensure(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
+        con.execute(f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq START 1")
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.partition_versions (table_name VARCHAR, "
+            "partition_date DATE, version BIGINT, written_at TIMESTAMP)"
+        )
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.shadow_log (table_name VARCHAR, partition_date DATE, "
+            "plan_id VARCHAR, base_version BIGINT, row_count BIGINT, written_at TIMESTAMP)"
+        )
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_log (table_name VARCHAR, plan_id VARCHAR, "
+            "week VARCHAR, range_start DATE, range_end DATE, had_live BOOLEAN, state VARCHAR, "
+            "changed_at TIMESTAMP)"
+        )
+        template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
+        cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
+        con.execute(f"CREATE TABLE IF NOT EXISTS {template} ({cols})")
+        for base in (spec.name, spec.shadow_name):
+            exists = con.execute(
+                "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'main' "
+                "AND view_name = $n",
+                {"n": base},
+            ).fetchone()[0]  # type: ignore[index]
+            if not exists:
+                self._recreate_view(con, spec, base)
+
+    def _recreate_view(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, base: str) -> None:
+        cols = column_list(spec.column_names)
+        parts = [f"SELECT {cols} FROM {quote_ident(spec.name + TEMPLATE_SUFFIX)}"]
+        for _, table in sorted(self._week_tables(con, base).items()):
+            parts.append(f"SELECT {cols} FROM {quote_ident(table)}")
+        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(base)} AS " + " UNION ALL ".join(parts))
+
+    def _create_week(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, name: str) -> None:
+        cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
+        con.execute(f"CREATE TABLE {quote_ident(name)} ({cols})")
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def replace_partitions(
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        shadow: bool = False,
+        plan_id: str | None = None,
+        build_sql: str | None = None,
+    ) -> dict[dt.date, int]:
+        """Replace the rows of days [start, end) with the build's output, in one transaction.
+
+        Live writes bump each partition's version; shadow writes record the live version they
+        were built against, so the swap can tell when the live partition changed since.
+        """
+        if end <= start:
+            return {}
+        base = spec.shadow_name if shadow else spec.name
+        pc = quote_ident(spec.partition_column)
+        cols = column_list(spec.column_names)
+        sql = build_sql or spec.build_sql
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            existing = self._week_tables(con, base)
+            created = False
+            for w0, w1 in iso_weeks(start, end):
+                table = self._week_table(base, w0)
+                if week_id(w0) not in existing:
+                    self._create_week(con, spec, table)
+                    created = True
+                qt = quote_ident(table)
+                con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": w0, "e": w1})
+                con.execute(
+                    f"INSERT INTO {qt} ({cols}) SELECT {cols} FROM ({sql}) AS build "
+                    f"WHERE {pc} >= $start AND {pc} < $end",
+                    {"start": w0, "end": w1},
+                )
+            if created:
+                self._recreate_view(con, spec, base)
+            counts = self._counts(con, base, spec, start, end)
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            if shadow:
+                con.execute(
+                    f"DELETE FROM {M}.shadow_log WHERE table_name = $t AND partition_date >= $s "
+                    "AND partition_date < $e",
+                    {"t": spec.name, "s": start, "e": end},
+                )
+                con.execute(
+                    f"INSERT INTO {M}.shadow_log SELECT $t, d::DATE, $plan, "
+                    f"coalesce((SELECT max(version) FROM {M}.partition_versions v "
+                    "WHERE v.table_name = $t AND v.partition_date = d::DATE), 0), "
+                    f"0, $now FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) r(d)",
+                    {"t": spec.name, "plan": plan_id or "", "s": start, "e": end, "now": now},
+                )
+                for day, n in counts.items():
+                    con.execute(
+                        f"UPDATE {M}.shadow_log SET row_count = $n WHERE table_name = $t "
+                        "AND partition_date = $d",
+                        {"n": n, "t": spec.name, "d": day},
+                    )
+            else:
+                self._bump_versions(con, spec, start, end, now)
+        return counts
+
+    def _bump_versions(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, start: dt.date, end: dt.date,
+        now: dt.datetime,
+    ) -> None:
+        con.execute(
+            f"DELETE FROM {M}.partition_versions WHERE table_name = $t AND partition_date >= $s "
+            "AND partition_date < $e",
+            {"t": spec.name, "s": start, "e": end},
+        )
+        con.execute(
+            f"INSERT INTO {M}.partition_versions SELECT $t, d::DATE, nextval('{M}.version_seq'), "
+            "$now FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) r(d)",
+            {"t": spec.name, "s": start, "e": end, "now": now},
+        )
+
+    def _counts(
+        self, con: duckdb.DuckDBPyConnection, base: str, spec: TableSpec, start: dt.date,
+        end: dt.date,
+    ) -> dict[dt.date, int]:
+        pc = quote_ident(spec.partition_column)
+        out = {d0 + dt.timedelta(days=i): 0 for d0 in [start] for i in range((end - start).days)}
+        rows = con.execute(
+            f"SELECT {pc}, count(*) FROM {quote_ident(base)} WHERE {pc} >= $s AND {pc} < $e "
+            "GROUP BY ALL",
+            {"s": start, "e": end},
+        ).fetchall()
+        for day, n in rows:
+            out[day] = n
+        return out
+
+    # -- reads for planning and gates ----------------------------------------------------------
+
+    def partition_stats(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
+    ) -> PartitionStats:
+        base = spec.shadow_name if shadow else spec.name
+        with self.connect(read_only=True) as con:
+            rows = self._counts(con, base, spec, start, end) if self._has_view(con, base) else {}
+        return PartitionStats(rows=rows, bytes_per_row=spec.bytes_per_row)
+
+    def _has_view(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
+        return bool(
+            con.execute(
+                "SELECT count(*) FROM duckdb_views() WHERE schema_name='main' AND view_name=$n",
+                {"n": name},
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    def source_counts(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]:
+        if spec.source is None:
+            return {}
+        pc = quote_ident(spec.source.partition_column)
+        out = {start + dt.timedelta(days=i): 0 for i in range((end - start).days)}
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                f"SELECT {pc}, count(*) FROM {quote_ident(spec.source.table)} "
+                f"WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
+                {"s": start, "e": end},
+            ).fetchall()
+        for day, n in rows:
+            out[day] = n
+        return out
+
+    def duplicate_keys(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]:
+        """Rows in the shadow beyond the first for each primary key, per partition."""
+        pc = quote_ident(spec.partition_column)
+        pk = column_list(spec.primary_key)
+        out = {start + dt.timedelta(days=i): 0 for i in range((end - start).days)}
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                f"SELECT {pc}, sum(n - 1) FROM (SELECT {pc}, count(*) AS n "
+                f"FROM {quote_ident(spec.shadow_name)} WHERE {pc} >= $s AND {pc} < $e "
+                f"GROUP BY {pc}, {pk} HAVING count(*) > 1) GROUP BY ALL",
+                {"s": start, "e": end},
+            ).fetchall()
+        for day, n in rows:
+            out[day] = int(n)
+        return out
+
+    def sample_diff(
+        self,
+        spec: TableSpec,
+        day: dt.date,
+        *,
+        size: int,
+        seed: str,
+        unchanged: tuple[str, ...],
+        changed_predicates: dict[str, str],
+        full_compare: bool,
+    ) -> SampleDiff:
+        """Compare a reproducible sample of shadow rows of `day` with the live target."""
+        pc = quote_ident(spec.partition_column)
+        pk = [quote_ident(c) for c in spec.primary_key]
+        for c in unchanged:
+            validate_ident(c, "unchanged column")
+        preds = {k: validate_predicate(v, spec.column_names) for k, v in changed_predicates.items()}
+        shadow, live = quote_ident(spec.shadow_name), quote_ident(spec.name)
+        join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = $d"
+        # Predicates are validated expressions evaluated over the shadow row alone.
+        pred_cols = "".join(
+            f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values())
+        )
+        with_sample = (
+            f"WITH s AS (SELECT *{pred_cols} FROM {shadow} WHERE {pc} = $d "
+            f"ORDER BY hash({', '.join(pk)}, $seed) LIMIT $n) "
+        )
+        missing = f"t.{pk[0]} IS NULL"
+        differs = [f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)}" for c in unchanged]
+        aggs = ["count(*)", f"count(*) FILTER (WHERE {missing})"]
+        aggs += [f"count(*) FILTER (WHERE NOT {missing} AND {d})" for d in differs]
+        aggs += [f"count(*) FILTER (WHERE NOT __ok{i})" for i in range(len(preds))]
+        params = {"d": day, "seed": seed, "n": size}
+        shown = ", ".join(f"s.{quote_ident(c)}" for c in spec.column_names)
+        shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
+        bad = " OR ".join([missing, *differs, *(f"NOT __ok{i}" for i in range(len(preds)))])
+        with self.connect(read_only=True) as con:
+            agg = con.execute(
+                f"{with_sample} SELECT {', '.join(aggs)} FROM s LEFT JOIN {live} t ON {join}",
+                params,
+            ).fetchone()
+            assert agg is not None
+            cur = con.execute(
+                f"{with_sample} SELECT {shown} FROM s LEFT JOIN {live} t ON {join} WHERE {bad} "
+                f"ORDER BY {', '.join('s.' + k for k in pk)} LIMIT 20",
+                params,
+            )
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+            fingerprint_equal = None
+            if full_compare and unchanged:
+                fp_cols = column_list((*spec.primary_key, *unchanged))
+                fp = con.execute(
+                    f"SELECT (SELECT bit_xor(hash({fp_cols})) FROM {shadow} WHERE {pc} = $d), "
+                    f"(SELECT bit_xor(hash({fp_cols})) FROM {live} WHERE {pc} = $d)",
+                    {"d": day},
+                ).fetchone()
+                assert fp is not None
+                fingerprint_equal = fp[0] == fp[1]
+        n_unch = len(unchanged)
+        sampled, missing_n = int(agg[0]), int(agg[1])
+        mismatches = {c: int(agg[2 + i]) for i, c in enumerate(unchanged)}
+        violations = {name: int(agg[2 + n_unch + i]) for i, name in enumerate(preds)}
+        return SampleDiff(
+            sampled=sampled,
+            missing_in_target=missing_n,
+            mismatches=mismatches,
+            predicate_violations=violations,
+            fingerprint_equal=fingerprint_equal,
+            rows=[{k: _plain(v) for k, v in r.items()} for r in rows],
+        )
+
+    def invariant_violations(
+        self, spec: TableSpec, start: dt.date, end: dt.date, predicates: dict[str, str]
+    ) -> dict[dt.date, dict[str, int]]:
+        """Rows of the shadow that break each invariant, per partition, in one scan."""
+        out: dict[dt.date, dict[str, int]] = {
+            start + dt.timedelta(days=i): dict.fromkeys(predicates, 0)
+            for i in range((end - start).days)
+        }
+        if not predicates:
+            return out
+        names = list(predicates)
+        exprs = [
+            f"count(*) FILTER (WHERE NOT coalesce(({validate_predicate(predicates[n], spec.column_names)}), false))"  # noqa: E501
+            for n in names
+        ]
+        pc = quote_ident(spec.partition_column)
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                f"SELECT {pc}, {', '.join(exprs)} FROM {quote_ident(spec.shadow_name)} "
+                f"WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
+                {"s": start, "e": end},
+            ).fetchall()
+        for row in rows:
+            out[row[0]] = {n: int(row[1 + i]) for i, n in enumerate(names)}
+        return out
+
+    def checksums(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
+    ) -> dict[dt.date, str]:
+        """An order-independent checksum of every column, per partition (hex)."""
+        with self.connect(read_only=True) as con:
+            return self._checksums(con, spec.shadow_name if shadow else spec.name, spec, start,
+                                   end)
+
+    def _checksums(
+        self, con: duckdb.DuckDBPyConnection, relation: str, spec: TableSpec, start: dt.date,
+        end: dt.date,
+    ) -> dict[dt.date, str]:
+        pc = quote_ident(spec.partition_column)
+        rows = con.execute(
+            f"SELECT {pc}, count(*), bit_xor(hash({column_list(spec.column_names)})) "
+            f"FROM {quote_ident(relation)} WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
+            {"s": start, "e": end},
+        ).fetchall()
+        return {day: f"{n}:{h:016x}" for day, n, h in rows}
+
+    def partition_versions(
+        self, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, int]:
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                f"SELECT partition_date, version FROM {M}.partition_versions WHERE table_name=$t "
+                "AND partition_date >= $s AND partition_date < $e",
+                {"t": spec.name, "s": start, "e": end},
+            ).fetchall()
+        return dict(rows)
+
+    def shadow_log(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, dict]:
+        with self.connect(read_only=True) as con:
+            rows = con.execute(
+                f"SELECT partition_date, plan_id, base_version, row_count, written_at "
+                f"FROM {M}.shadow_log WHERE table_name=$t AND partition_date >= $s "
+                "AND partition_date < $e",
+                {"t": spec.name, "s": start, "e": end},
+            ).fetchall()
+        return {
+            r[0]: {"plan_id": r[1], "base_version": r[2], "rows": r[3], "written_at": r[4]}
+            for r in rows
+        }
+
+    # -- swap and rollback ---------------------------------------------------------------------
+
+    def swap_state(self, spec: TableSpec, plan_id: str) -> str | None:
+        with self.connect(read_only=True) as con:
+            if not self._has_view(con, spec.name):
+                return None
+            row = con.execute(
+                f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
+                {"t": spec.name, "p": plan_id},
+            ).fetchone()
+        return row[0] if row else None
+
+    def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult:
+        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup."""
+        t0 = time.perf_counter()
+        if not days:
+            raise SwapRefused("the plan has no partitions to swap")
+        days = sorted(set(days))
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            state = con.execute(
+                f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
+                {"t": spec.name, "p": plan_id},
+            ).fetchone()[0]  # type: ignore[index]
+            if state == "swapped":
+                return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
+            if state is not None:
+                raise SwapRefused(
+                    f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
+                    "to write this range again"
+                )
+            self._check_versions(con, spec, plan_id, days)
+            by_week: dict[str, list[dt.date]] = defaultdict(list)
+            for d in days:
+                by_week[week_id(d)].append(d)
+            live = self._week_tables(con, spec.name)
+            shadow = self._week_tables(con, spec.shadow_name)
+            backup_base = self._backup_base(spec, plan_id)
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            result: dict[dt.date, dict[str, Any]] = {}
+            pc = quote_ident(spec.partition_column)
+            cols = column_list(spec.column_names)
+            for week, wdays in sorted(by_week.items()):
+                r0, r1 = wdays[0], wdays[-1] + dt.timedelta(days=1)
+                if (r1 - r0).days != len(wdays):
+                    raise SwapRefused(f"plan days in week {week} are not contiguous: {wdays}")
+                if week not in shadow:
+                    raise SwapRefused(
+                        f"shadow week {week} of {spec.name} does not exist; run the plan's batch "
+                        "for it first"
+                    )
+                sh = quote_ident(shadow[week])
+                outside = f"NOT ({pc} >= $s AND {pc} < $e)"
+                # Only the plan's days come from the shadow; the rest of the week stays as live.
+                con.execute(f"DELETE FROM {sh} WHERE {outside}", {"s": r0, "e": r1})
+                ins = self._checksums(con, shadow[week], spec, r0, r1)
+                outs: dict[dt.date, str] = {}
+                if week in live:
+                    lv = quote_ident(live[week])
+                    outs = self._checksums(con, live[week], spec, r0, r1)
+                    con.execute(
+                        f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM {lv} WHERE {outside}",
+                        {"s": r0, "e": r1},
+                    )
+                    backup = self._week_table(backup_base, r0)
+                    con.execute(f"ALTER TABLE {lv} RENAME TO {quote_ident(backup)}")
+                con.execute(
+                    f"ALTER TABLE {sh} RENAME TO {quote_ident(self._week_table(spec.name, r0))}"
+                )
+                con.execute(
+                    f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
+                    {"t": spec.name, "p": plan_id, "w": week, "s": r0, "e": r1,
+                     "h": week in live, "now": now},
+                )
+                for d in wdays:
+                    result[d] = {
+                        "rows_in": _rows_of(ins.get(d)), "checksum_in": ins.get(d, "0:0"),
+                        "rows_out": _rows_of(outs.get(d)), "checksum_out": outs.get(d, "0:0"),
+                    }
+            for r0, r1 in _runs(days):
+                self._bump_versions(con, spec, r0, r1, now)
+            self._recreate_view(con, spec, spec.name)
+            self._recreate_view(con, spec, spec.shadow_name)
+        return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
+
+    def _check_versions(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str, days: list[dt.date]
+    ) -> None:
+        rows = con.execute(
+            f"SELECT s.partition_date, s.plan_id, s.base_version, coalesce(v.version, 0) "
+            f"FROM {M}.shadow_log s LEFT JOIN {M}.partition_versions v "
+            "ON v.table_name = s.table_name AND v.partition_date = s.partition_date "
+            "WHERE s.table_name = $t AND s.partition_date >= $a AND s.partition_date <= $b",
+            {"t": spec.name, "a": days[0], "b": days[-1]},
+        ).fetchall()
+        seen = {r[0]: r for r in rows}
+        missing = [d.isoformat() for d in days if d not in seen or seen[d][1] != plan_id]
+        if missing:
+            raise SwapRefused(
+                f"the shadow of {spec.name} was not built by plan {plan_id} for "
+                f"{_fmt_days(missing)}; run those batches of the plan, then swap again"
+            )
+        stale = [d.isoformat() for d in days if seen[d][2] != seen[d][3]]
+        if stale:
+            raise SwapRefused(
+                f"{spec.name} was written after its shadow was built for {_fmt_days(stale)} "
+                "(e.g. by the daily run); re-run those batches so the gates see the newer data, "
+                "then swap again"
+            )
+
+    def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
+        """Put the backed-up weeks back; days of those weeks outside the plan keep live data."""
+        t0 = time.perf_counter()
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            log = con.execute(
+                f"SELECT week, range_start, range_end, had_live, state FROM {M}.swap_log "
+                "WHERE table_name=$t AND plan_id=$p ORDER BY week",
+                {"t": spec.name, "p": plan_id},
+            ).fetchall()
+            if not log:
+                raise SwapRefused(f"plan {plan_id} was never swapped into {spec.name}; "
+                                  "nothing to roll back")
+            states = {r[4] for r in log}
+            if states == {"rolled_back"}:
+                return SwapResult(plan_id, "already_rolled_back", {}, 0, time.perf_counter() - t0)
+            if states != {"swapped"}:
+                raise SwapRefused(
+                    f"plan {plan_id} cannot be rolled back: its backup is {sorted(states)}"
+                )
+            live = self._week_tables(con, spec.name)
+            backup = self._week_tables(con, self._backup_base(spec, plan_id))
+            pc = quote_ident(spec.partition_column)
+            cols = column_list(spec.column_names)
+            now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+            result: dict[dt.date, dict[str, Any]] = {}
+            for week, r0, r1, had_live, _ in log:
+                if had_live and week not in backup:
+                    raise SwapRefused(f"backup of week {week} for plan {plan_id} is missing")
+                outside = f"NOT ({pc} >= $s AND {pc} < $e)"
+                cur = live.get(week)
+                outs = self._checksums(con, cur, spec, r0, r1) if cur else {}
+                if had_live:
+                    bk = quote_ident(backup[week])
+                    ins = self._checksums(con, backup[week], spec, r0, r1)
+                    # Days of the week outside the plan may have been written since the swap.
+                    con.execute(f"DELETE FROM {bk} WHERE {outside}", {"s": r0, "e": r1})
+                    if cur:
+                        con.execute(
+                            f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM {quote_ident(cur)} "
+                            f"WHERE {outside}",
+                            {"s": r0, "e": r1},
+                        )
+                        con.execute(f"DROP TABLE {quote_ident(cur)}")
+                    con.execute(
+                        f"ALTER TABLE {bk} RENAME TO "
+                        f"{quote_ident(self._week_table(spec.name, _monday_of(week)))}"
+                    )
+                else:
+                    ins = {}
+                    if cur:
+                        con.execute(
+                            f"DELETE FROM {quote_ident(cur)} WHERE {pc} >= $s AND {pc} < $e",
+                            {"s": r0, "e": r1},
+                        )
+                for i in range((r1 - r0).days):
+                    d = r0 + dt.timedelta(days=i)
+                    result[d] = {
+                        "rows_in": _rows_of(ins.get(d)), "checksum_in": ins.get(d, "0:0"),
+                        "rows_out": _rows_of(outs.get(d)), "checksum_out": outs.get(d, "0:0"),
+                    }
+                self._bump_versions(con, spec, r0, r1, now)
+            con.execute(
+                f"UPDATE {M}.swap_log SET state='rolled_back', changed_at=$now "
+                "WHERE table_name=$t AND plan_id=$p",
+                {"t": spec.name, "p": plan_id, "now": now},
+            )
+            self._recreate_view(con, spec, spec.name)
+        return SwapResult(plan_id, "rolled_back", result, len(log), time.perf_counter() - t0)
+
+    def release_backup(self, spec: TableSpec, plan_id: str) -> int:
+        """Drop a swapped plan's backup weeks; after this the plan can no longer roll back."""
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            state = con.execute(
+                f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
+                {"t": spec.name, "p": plan_id},
+            ).fetchone()[0]  # type: ignore[index]
+            if state is None:
+                raise SwapRefused(f"plan {plan_id} has no backup in {spec.name}: it was never "
+                                  "swapped")
+            backup = self._week_tables(con, self._backup_base(spec, plan_id))
+            for name in backup.values():
+                con.execute(f"DROP TABLE {quote_ident(name)}")
+            if state == "swapped":
+                con.execute(
+                    f"UPDATE {M}.swap_log SET state='released', changed_at=$now "
+                    "WHERE table_name=$t AND plan_id=$p",
+                    {"t": spec.name, "p": plan_id,
+                     "now": dt.datetime.now(dt.UTC).replace(tzinfo=None)},
+                )
+        with self.connect() as con:
+            con.execute("CHECKPOINT")
+        return len(backup)
+
+    def drop_shadow(self, spec: TableSpec) -> int:
+        """Drop every shadow week (an abandoned plan) and its build log."""
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            tables = self._week_tables(con, spec.shadow_name)
+            for name in tables.values():
+                con.execute(f"DROP TABLE {quote_ident(name)}")
+            con.execute(f"DELETE FROM {M}.shadow_log WHERE table_name=$t", {"t": spec.name})
+            self._recreate_view(con, spec, spec.shadow_name)
+        return len(tables)
+
+    def live_week_count(self, spec: TableSpec) -> int:
+        with self.connect(read_only=True) as con:
+            return len(self._week_tables(con, spec.name))
+
+
+def _rows_of(checksum: str | None) -> int:
+    return int(checksum.split(":")[0]) if checksum else 0
+
+
+def _runs(days: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
+    """Contiguous half-open runs of sorted days."""
+    out: list[tuple[dt.date, dt.date]] = []
+    for d in days:
+        if out and out[-1][1] == d:
+            out[-1] = (out[-1][0], d + dt.timedelta(days=1))
+        else:
+            out.append((d, d + dt.timedelta(days=1)))
+    return out
+
+
+def _fmt_days(days: list[str]) -> str:
+    return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dt.datetime | dt.date):
+        return v.isoformat()
+    if v is None or isinstance(v, bool | int | float | str):
+        return v
+    return str(v)
+
+
+def load_plain_partitions(
+    wh: DuckDBWarehouse,
+    table: str,
+    columns: list[tuple[str, str]],
+    partition_column: str,
+    select_sql: str,
+    start: dt.date,
+    end: dt.date,
+    params: dict[str, Any] | None = None,
+) -> int:
+    """Replace days [start, end) of a plain (unswapped) table, e.g. a landed source, atomically."""
+    qt, pc = quote_ident(table), quote_ident(partition_column)
+    ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+    names = column_list([n for n, _ in columns])
+    with wh.transaction() as con:
+        con.execute(f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
+        con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end})
+        for i in range((end - start).days):
+            day = start + dt.timedelta(days=i)
+            con.execute(
+                f"INSERT INTO {qt} ({names}) SELECT {names} FROM ({select_sql}) AS src",
+                {**(params or {}), "day": day},
+            )
+        row = con.execute(
+            f"SELECT count(*) FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end}
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def replace_table(
+    wh: DuckDBWarehouse, table: str, columns: list[tuple[str, str]], rows: list[tuple]
+) -> None:
+    """Replace a small reference table (e.g. FX rates) in one transaction."""
+    qt = quote_ident(table)
+    ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+    marks = ", ".join("?" for _ in columns)
+    with wh.transaction() as con:
+        con.execute(f"CREATE OR REPLACE TABLE {qt} ({ddl})")
+        if rows:
+            con.executemany(f"INSERT INTO {qt} VALUES ({marks})", rows)

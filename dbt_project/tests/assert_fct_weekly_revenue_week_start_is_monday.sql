@@ -1,0 +1,8 @@
+-- week_start is the ISO Monday; any other day means rows were bucketed by a non-ISO week.
+select
+    week_start,
+    country
+
+from {{ ref('fct_weekly_revenue') }}
+
+where isodow(week_start) != 1

@@ -1,0 +1,67 @@
+"""Shared fixtures: a real DuckDB file under tmp_path, a real Dagster instance, a real dbt parse.
+
+Each test gets its own warehouse file (BACKFILL_ASSETS_WAREHOUSE points at it) and its own
+instance; the definitions are loaded once per session (the dbt manifest is parsed then).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+
+# A fixed, fully landed history window for tests that do not depend on "now".
+HISTORY_START = dt.date(2026, 1, 1)
+HISTORY_END = dt.date(2026, 1, 21)  # inclusive: 3 ISO weeks (2026-W01 starts Mon 2025-12-29)
+ROWS_PER_DAY = 300
+
+
+@pytest.fixture(scope="session")
+def defs() -> dg.Definitions:
+    from backfill_assets.definitions import defs as project_defs
+
+    return project_defs
+
+
+@pytest.fixture
+def warehouse_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "warehouse.duckdb"
+    monkeypatch.setenv(WAREHOUSE_ENV, str(path))
+    return path
+
+
+@pytest.fixture
+def wh(warehouse_path: Path) -> DuckDBWarehouse:
+    return DuckDBWarehouse(warehouse_path, lock_timeout_s=2)
+
+
+@pytest.fixture
+def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as inst:
+        yield inst
+
+
+@pytest.fixture
+def landed(defs, instance, wh) -> DuckDBWarehouse:
+    """Source data landed for the whole history window."""
+    from backfill_assets.example.seed import land_days
+
+    land_days(defs, instance, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
+    return wh
+
+
+@pytest.fixture
+def history(defs, instance, landed) -> DuckDBWarehouse:
+    """orders_daily (and its marts) built for the window by the buggy v1 logic."""
+    from backfill_assets.example.seed import build_history
+
+    build_history(defs, instance, HISTORY_START, HISTORY_END, logic_version="1")
+    return landed

@@ -1,0 +1,32 @@
+"""The dbt models build against the DuckDB file through Dagster, and their dbt tests pass."""
+
+import dagster as dg
+
+from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY
+
+
+def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, history):
+    days = (HISTORY_END - HISTORY_START).days + 1
+    assert history.query("select sum(orders) from fct_daily_revenue") == [(days * ROWS_PER_DAY,)]
+    assert history.query("select count(*) from dim_customers")[0][0] > 0
+    for model in ("stg_orders", "fct_daily_revenue", "dim_customers"):
+        assert instance.get_latest_materialization_event(dg.AssetKey(model)) is not None
+    # dagster-dbt records each dbt test as an asset check; every one of them passed.
+    failed = [
+        e for e in instance.all_logs(instance.get_runs()[0].run_id)
+        if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+        and not e.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
+    ]
+    assert failed == []
+
+
+def test_weekly_model_builds_one_iso_week_from_the_daily_model(defs, instance, history):
+    from backfill_assets.service.runs import run_job
+
+    result = run_job(defs, "orders_weekly_marts_job", instance, partition_key="2026-01-05")
+    assert result.success
+    rows = history.query(
+        "select week_start, sum(orders) from fct_weekly_revenue group by all order by 1"
+    )
+    assert [str(r[0]) for r in rows] == ["2026-01-05"]
+    assert rows[0][1] == 7 * ROWS_PER_DAY
