@@ -1,0 +1,181 @@
+"""render_markdown: a plan a reviewer can read in two minutes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo
+
+from backfill_assets.lib.planning.batches import human_duration
+from backfill_assets.lib.planning.criteria import Criteria
+from backfill_assets.lib.planning.plan import BackfillPlan, Batch, ImpactedAsset
+
+# Timeline lines list batches one by one up to this many per window occurrence, then as a range.
+_TIMELINE_LIST_MAX = 4
+
+
+def render_markdown(plan: BackfillPlan) -> str:
+    """Render a plan as Markdown: summary, the four planning steps, rollback and a timeline."""
+    tz = ZoneInfo(plan.window.timezone)
+    n_batches = len(plan.batches)
+    c = plan.contention
+    first, last = plan.batches[0], plan.batches[-1]
+    lines = [
+        f"# Backfill plan `{plan.plan_id}`: {plan.target} {plan.start}..{plan.end}",
+        "",
+        (
+            f"**Summary:** {len(plan.partitions)} partitions of `{plan.target}` in {n_batches} "
+            f"weekly batch{'es' if n_batches != 1 else ''}, ~{plan.cost.rows:,} rows "
+            f"({_bytes(plan.cost.bytes)}), ~{human_duration(plan.cost.seconds)} of work in "
+            f"{c.occurrences_needed} occurrence{'s' if c.occurrences_needed != 1 else ''} of the "
+            f"window {plan.window.label} {plan.window.timezone}, from "
+            f"{_local(first.slot.start, tz)} to {_local(last.slot.end, tz)}. Batches write "
+            f"`{plan.shadow}`; the target changes only at the swap, after every gate passed. "
+            f"Rollback: `{plan.rollback.command}`."
+        ),
+        "",
+        f"Created {plan.created_at.isoformat()} (plan schema v{plan.schema_version}).",
+        "",
+        "## 1. Criteria (written first)",
+        "",
+        *_criteria(plan.criteria),
+        "",
+        "## 2. Downstream impact",
+        "",
+        *_impact(plan.impact),
+        "",
+        "## 3. Cost and contention",
+        "",
+        f"- Work: ~{plan.cost.rows:,} rows, {_bytes(plan.cost.bytes)}, "
+        f"~{human_duration(plan.cost.seconds)} ({plan.cost.seconds_per_row * 1e6:.3g} us/row, "
+        f"{plan.cost.per_batch_overhead_seconds:g} s overhead per batch).",
+        f"- Cost basis: {plan.cost.basis}.",
+        f"- Daily run `{c.daily_job}`: expected start {c.daily_expected_start}, slot kept clear "
+        f"{c.daily_slot_start}-{c.daily_slot_end} {c.timezone} (duration "
+        f"{human_duration(c.daily_duration_seconds)}, margin {c.margin_seconds // 60} min each "
+        "side).",
+        f"- Contention basis: {c.basis}.",
+        f"- Window {plan.window.label} {plan.window.timezone}: {c.occurrences_needed} "
+        f"occurrence(s) needed, expected finish {_local(c.expected_finish, tz)}.",
+        "",
+        "## 4. Batches",
+        "",
+        "| # | dates | partitions | est rows | est time | slot | gates |",
+        "|---:|---|---:|---:|---:|---|---|",
+        *(_batch_row(b, tz) for b in plan.batches),
+        "",
+        "## Rollback",
+        "",
+        f"Strategy `{plan.rollback.strategy}`: the swap keeps the replaced rows of "
+        f"`{plan.target}`; `{plan.rollback.command}` restores them in one atomic step, then the "
+        "impacted downstream assets are refreshed for the affected partitions.",
+        "",
+        "## Timeline",
+        "",
+        "```",
+        *_timeline(plan, tz),
+        "```",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _criteria(criteria: Criteria) -> list[str]:
+    out: list[str] = []
+    rc, sample = criteria.row_count, criteria.sample
+    if rc is not None:
+        out.append(
+            f"- Row counts per partition: shadow vs {' and '.join(rc.compare_to)}, tolerance "
+            f"{rc.tolerance_pct:g} %; duplicate primary keys fail."
+        )
+    if sample is not None:
+        unchanged = ", ".join(f"`{c}`" for c in sample.unchanged_columns) or "none"
+        changed = ", ".join(
+            f"`{c.name}`" + (f" (must hold: `{c.must_hold}`)" if c.must_hold else "")
+            for c in sample.changed_columns
+        ) or "none"
+        whole = "; whole-partition hash of unchanged columns" if sample.full_compare else ""
+        out.append(
+            f"- Sample of {sample.size} rows per partition: unchanged {unchanged}; changed "
+            f"{changed}{whole}."
+        )
+    if criteria.invariants:
+        out.append("- Invariants: " + "; ".join(
+            f"`{i.name}`: `{i.predicate}`" for i in criteria.invariants
+        ) + ".")
+    else:
+        out.append("- Invariants: none.")
+    return out
+
+
+def _impact(impact: tuple[ImpactedAsset, ...]) -> list[str]:
+    if not impact:
+        return ["No downstream assets depend on the target."]
+    rows = ["| asset | kind | affected partitions |", "|---|---|---|"]
+    for a in impact:
+        if a.partitions == "all":
+            parts = "all (full refresh)"
+        elif len(a.partitions) <= 3:
+            parts = ", ".join(a.partitions) or "none"
+        else:
+            parts = f"{len(a.partitions)} ({a.partitions[0]}..{a.partitions[-1]})"
+        rows.append(f"| `{a.asset_key}` | {a.kind} | {parts} |")
+    return rows
+
+
+def _batch_row(b: Batch, tz: ZoneInfo) -> str:
+    return (
+        f"| {b.index} | {b.start}..{b.end} | {len(b.partitions)} | {b.estimated_rows:,} | "
+        f"{human_duration(b.estimated_seconds)} | {_local(b.slot.start, tz)}.."
+        f"{_local(b.slot.end, tz, with_date=False)} | {', '.join(b.gates)} |"
+    )
+
+
+def _timeline(plan: BackfillPlan, tz: ZoneInfo) -> list[str]:
+    """One line per window occurrence used, with the daily run's slot for that day."""
+    w_start = dt.time.fromisoformat(plan.window.start)
+    crosses = plan.window.end < plan.window.start
+    groups: dict[dt.date, list[Batch]] = {}
+    for b in plan.batches:
+        local = b.slot.start.astimezone(tz)
+        day = local.date()
+        # A midnight-crossing window opened the evening before: its early-morning part belongs
+        # to the occurrence that started on the previous date.
+        if crosses and local.time() < w_start:
+            day -= dt.timedelta(days=1)
+        groups.setdefault(day, []).append(b)
+    c = plan.contention
+    out = []
+    for day, batches in groups.items():
+        if len(batches) <= _TIMELINE_LIST_MAX:
+            used = ", ".join(
+                f"batch {b.index} ({_hm(b.slot.start, tz)}-{_hm(b.slot.end, tz)})" for b in batches
+            )
+        else:
+            used = (
+                f"batches {batches[0].index}-{batches[-1].index} "
+                f"({_hm(batches[0].slot.start, tz)}-{_hm(batches[-1].slot.end, tz)})"
+            )
+        out.append(
+            f"{day}  daily {c.daily_slot_start}-{c.daily_slot_end} | window "
+            f"{plan.window.label}: {used}"
+        )
+    return out
+
+
+def _hm(t: dt.datetime, tz: ZoneInfo) -> str:
+    return t.astimezone(tz).strftime("%H:%M")
+
+
+def _local(t: dt.datetime, tz: ZoneInfo, *, with_date: bool = True) -> str:
+    local = t.astimezone(tz)
+    return local.strftime("%Y-%m-%d %H:%M:%S %z" if with_date else "%H:%M:%S")
+
+
+def _bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    units = ("KiB", "MiB", "GiB", "TiB")
+    size, i = n / 1024, 0
+    while size >= 1024 and i < len(units) - 1:
+        size, i = size / 1024, i + 1
+    return f"{size:.1f} {units[i]}"
