@@ -13,8 +13,10 @@ def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, histor
         assert instance.get_latest_materialization_event(dg.AssetKey(model)) is not None
     # dagster-dbt records each dbt test as an asset check; every one of them passed.
     failed = [
-        e for e in instance.all_logs(instance.get_runs()[0].run_id)
-        if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
+        e
+        for e in instance.all_logs(instance.get_runs()[0].run_id)
+        if e.dagster_event
+        and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"
         and not e.dagster_event.event_specific_data.passed  # type: ignore[union-attr]
     ]
     assert failed == []

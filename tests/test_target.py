@@ -13,7 +13,10 @@ DAY = HISTORY_START + dt.timedelta(days=3)
 
 def _write_one(defs, instance):
     return run_job(
-        defs, "orders_daily_job", instance, partition_key=DAY.isoformat(),
+        defs,
+        "orders_daily_job",
+        instance,
+        partition_key=DAY.isoformat(),
         run_config={"ops": {"orders_daily": {"config": {"logic_version": ""}}}},
     )
 
@@ -58,8 +61,9 @@ def test_the_fixed_logic_changes_only_fx_columns_of_cross_border_orders(landed):
 
 
 @pytest.mark.parametrize("bad", ["2026-13-01", "not-a-date", "2026-02-30"])
-def test_a_malformed_partition_key_is_refused_before_anything_is_written(defs, instance, landed,
-                                                                         bad):
+def test_a_malformed_partition_key_is_refused_before_anything_is_written(
+    defs, instance, landed, bad
+):
     before = len(instance.get_runs())
     with pytest.raises(Exception, match=r"(?i)partition|not a"):
         run_job(defs, "orders_daily_job", instance, partition_key=bad)

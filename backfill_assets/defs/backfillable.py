@@ -5,7 +5,6 @@ pool (the instance runs at most one of their steps at a time) and take a partiti
 single run (`BackfillPolicy.single_run()`), so a weekly batch is one run and one step.
 """
 
-
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Iterator
@@ -13,11 +12,21 @@ from typing import TYPE_CHECKING, Any
 
 import dagster as dg
 
-from backfill_assets.constants import GATE_NAMES, PLAN_ID_TAG, WRITER_POOL
+from backfill_assets.constants import (
+    GATE_NAMES,
+    PLAN_ID_TAG,
+    ROLE_BATCH,
+    ROLE_ROLLBACK,
+    ROLE_SWAP,
+    ROLE_TAG,
+    WRITER_POOL,
+    WRITER_TAG,
+)
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.lib.gates import GateOutcome, evaluate_gates
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.service.plans import plan_criteria
+from backfill_assets.service.swap import perform_rollback, perform_swap, swap_materializations
 
 if TYPE_CHECKING:
     from backfill_assets.table import BackfillableTable
@@ -60,8 +69,7 @@ def build_table_definitions(table: "BackfillableTable") -> dg.Definitions:
         kinds={"duckdb"},
         description=f"Daily-partitioned target table {spec.name} (a view over one table per ISO "
         "week). Backfills never write it directly: they write the shadow and swap.",
-        metadata={"primary_key": list(spec.primary_key), "partition_column":
-                  spec.partition_column},
+        metadata={"primary_key": list(spec.primary_key), "partition_column": spec.partition_column},
     )
     def target(
         context: dg.AssetExecutionContext, config: TargetBuildConfig, warehouse: WarehouseResource
@@ -81,7 +89,10 @@ def build_table_definitions(table: "BackfillableTable") -> dg.Definitions:
     shadow_key = dg.AssetKey(spec.shadow_name)
     check_specs = [
         dg.AssetCheckSpec(
-            name, asset=shadow_key, blocking=True, partitions_def=table.partitions_def,
+            name,
+            asset=shadow_key,
+            blocking=True,
+            partitions_def=table.partitions_def,
             description=GATE_DESCRIPTIONS[name],
         )
         for name in GATE_NAMES
@@ -100,9 +111,7 @@ def build_table_definitions(table: "BackfillableTable") -> dg.Definitions:
         description=f"Shadow of {spec.name}: backfill batches write here, gated by blocking "
         "checks recorded per partition; the swap moves validated partitions into the target.",
     )
-    def shadow(
-        context: dg.AssetExecutionContext, warehouse: WarehouseResource
-    ) -> Iterator[Any]:
+    def shadow(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> Iterator[Any]:
         plan_id = context.run.tags.get(PLAN_ID_TAG) or ADHOC_PLAN
         criteria = _criteria_for(context.instance, plan_id, table.criteria)
         start, end = partition_dates(context)
@@ -114,7 +123,72 @@ def build_table_definitions(table: "BackfillableTable") -> dg.Definitions:
         outcomes = evaluate_gates(wh, spec, criteria, start, end, plan_id)
         yield from gate_events(context, shadow_key, outcomes)
 
-    return dg.Definitions(assets=[target, shadow])
+    shadow_job = dg.define_asset_job(
+        f"{spec.name}__shadow_job",
+        selection=dg.AssetSelection.assets(shadow_key),
+        partitions_def=table.partitions_def,
+        tags={WRITER_TAG: spec.name, ROLE_TAG: ROLE_BATCH},
+        description=f"One backfill batch of {spec.name}: write the shadow's partitions, then run "
+        "every gate per partition (blocking). Tag a run with backfill_assets/plan_id to use that "
+        "plan's criteria.",
+    )
+
+    @dg.op(
+        name=f"{spec.name}__swap",
+        pool=WRITER_POOL,
+        description=f"Swap a validated plan's shadow partitions into {spec.name} atomically, "
+        "keeping the replaced rows as a backup.",
+    )
+    def swap_op(
+        context: dg.OpExecutionContext, config: PlanIdConfig, warehouse: WarehouseResource
+    ) -> None:
+        result = perform_swap(context.instance, table, warehouse.adapter(), config.plan_id)
+        for event in swap_materializations(table, result, "swap"):
+            context.log_event(event)
+        context.log.info(
+            f"{result.action}: {len(result.partitions)} partitions in "
+            f"{result.weeks} weeks, {result.seconds * 1000:.1f} ms"
+        )
+
+    @dg.op(
+        name=f"{spec.name}__rollback",
+        pool=WRITER_POOL,
+        description=f"Restore the rows a plan's swap replaced in {spec.name}, atomically.",
+    )
+    def rollback_op(
+        context: dg.OpExecutionContext, config: PlanIdConfig, warehouse: WarehouseResource
+    ) -> None:
+        result = perform_rollback(context.instance, table, warehouse.adapter(), config.plan_id)
+        for event in swap_materializations(table, result, "rollback"):
+            context.log_event(event)
+        context.log.info(
+            f"{result.action}: {len(result.partitions)} partitions restored in "
+            f"{result.seconds * 1000:.1f} ms"
+        )
+
+    @dg.job(
+        name=f"{spec.name}__swap_job",
+        tags={WRITER_TAG: spec.name, ROLE_TAG: ROLE_SWAP},
+        description=f"Swap a plan into {spec.name} (config: plan_id).",
+    )
+    def swap_job() -> None:
+        swap_op()
+
+    @dg.job(
+        name=f"{spec.name}__rollback_job",
+        tags={WRITER_TAG: spec.name, ROLE_TAG: ROLE_ROLLBACK},
+        description=f"Roll a swapped plan of {spec.name} back (config: plan_id).",
+    )
+    def rollback_job() -> None:
+        rollback_op()
+
+    return dg.Definitions(assets=[target, shadow], jobs=[shadow_job, swap_job, rollback_job])
+
+
+class PlanIdConfig(dg.Config):
+    """Which approved plan to act on."""
+
+    plan_id: str
 
 
 def _criteria_for(instance: dg.DagsterInstance, plan_id: str, default: Criteria) -> Criteria:
@@ -142,20 +216,33 @@ def gate_events(
         if single:
             o = items[0]
             yield dg.AssetCheckResult(
-                asset_key=asset_key, check_name=name, passed=o.passed,
-                description=o.description, metadata=_meta(o.metadata),
+                asset_key=asset_key,
+                check_name=name,
+                passed=o.passed,
+                description=o.description,
+                metadata=_meta(o.metadata),
             )
             continue
         for o in items:
             yield dg.AssetCheckEvaluation(
-                asset_key=asset_key, check_name=name, passed=o.passed, blocking=True,
-                partition=o.partition, description=o.description, metadata=_meta(o.metadata),
+                asset_key=asset_key,
+                check_name=name,
+                passed=o.passed,
+                blocking=True,
+                partition=o.partition,
+                description=o.description,
+                metadata=_meta(o.metadata),
             )
         failed = [o.partition for o in items if not o.passed]
         yield dg.AssetCheckResult(
-            asset_key=asset_key, check_name=name, passed=not failed,
-            description=(f"failed for {', '.join(failed)}" if failed
-                         else f"passed for all {len(items)} partitions"),
+            asset_key=asset_key,
+            check_name=name,
+            passed=not failed,
+            description=(
+                f"failed for {', '.join(failed)}"
+                if failed
+                else f"passed for all {len(items)} partitions"
+            ),
             metadata={"partitions_checked": len(items), "failed_partitions": failed},
         )
 

@@ -5,7 +5,6 @@ weekly-partitioned models (tag `weekly`, ISO weeks) and unpartitioned ones. Part
 receive their half-open partition window as the dbt vars `min_date` / `max_date`.
 """
 
-
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -28,8 +27,9 @@ def partition_vars(context: dg.AssetExecutionContext) -> dict[str, str]:
     return {"min_date": start.isoformat(), "max_date": end.isoformat()}
 
 
-def _build(context: dg.AssetExecutionContext, dbt: DbtCliResource, partitioned: bool
-           ) -> Iterator[Any]:
+def _build(
+    context: dg.AssetExecutionContext, dbt: DbtCliResource, partitioned: bool
+) -> Iterator[Any]:
     args = ["build"]
     if partitioned:
         args += ["--vars", json.dumps(partition_vars(context))]
@@ -37,23 +37,33 @@ def _build(context: dg.AssetExecutionContext, dbt: DbtCliResource, partitioned: 
 
 
 @dbt_assets(
-    manifest=MANIFEST, select="tag:daily", partitions_def=DAILY, name="dbt_daily_models",
-    backfill_policy=dg.BackfillPolicy.single_run(), pool=WRITER_POOL,
+    manifest=MANIFEST,
+    select="tag:daily",
+    partitions_def=DAILY,
+    name="dbt_daily_models",
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    pool=WRITER_POOL,
 )
 def dbt_daily_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
     yield from _build(context, dbt, partitioned=True)
 
 
 @dbt_assets(
-    manifest=MANIFEST, select="tag:weekly", partitions_def=WEEKLY, name="dbt_weekly_models",
-    backfill_policy=dg.BackfillPolicy.single_run(), pool=WRITER_POOL,
+    manifest=MANIFEST,
+    select="tag:weekly",
+    partitions_def=WEEKLY,
+    name="dbt_weekly_models",
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    pool=WRITER_POOL,
 )
 def dbt_weekly_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
     yield from _build(context, dbt, partitioned=True)
 
 
 @dbt_assets(
-    manifest=MANIFEST, exclude="tag:daily tag:weekly", name="dbt_unpartitioned_models",
+    manifest=MANIFEST,
+    exclude="tag:daily tag:weekly",
+    name="dbt_unpartitioned_models",
     pool=WRITER_POOL,
 )
 def dbt_unpartitioned_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):

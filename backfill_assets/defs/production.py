@@ -6,15 +6,14 @@ succeeds, a second sensor refreshes the weekly model for that day's ISO week. It
 writer tag that dagster.yaml limits to one run in progress, shared with every backfill run.
 """
 
-
 import datetime as dt
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from backfill_assets.constants import ROLE_DAILY, ROLE_REFRESH, ROLE_TAG, WRITER_TAG
-from backfill_assets.example import orders as o
 from backfill_assets.defs.dbt import dbt_daily_models, dbt_unpartitioned_models, dbt_weekly_models
+from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import DAILY, DAILY_JOB, ORDERS, WEEKLY
 from backfill_assets.lib.daily import daily_run_key, daily_run_keys
 from backfill_assets.lib.dates import week_monday
@@ -60,9 +59,7 @@ def orders_daily_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
     today = dt.datetime.now(tz=ZoneInfo(DAILY.timezone or "UTC")).date()
     keys = daily_run_keys([r.partition_key for r in records if r.partition_key], today)
     return dg.SensorResult(
-        run_requests=[
-            dg.RunRequest(run_key=daily_run_key(pk), partition_key=pk) for pk in keys
-        ],
+        run_requests=[dg.RunRequest(run_key=daily_run_key(pk), partition_key=pk) for pk in keys],
         cursor=str(max(r.storage_id for r in records)),
         skip_reason=None if keys else "landed days are older than the daily lookback",
     )
@@ -80,5 +77,6 @@ def orders_weekly_refresh_sensor(context: dg.RunStatusSensorContext):
     if not pk:
         return dg.SkipReason("the daily run had no single partition")
     monday = week_monday(dt.date.fromisoformat(pk)).isoformat()
-    return dg.RunRequest(run_key=f"weekly-{monday}-{context.dagster_run.run_id}",
-                         partition_key=monday)
+    return dg.RunRequest(
+        run_key=f"weekly-{monday}-{context.dagster_run.run_id}", partition_key=monday
+    )

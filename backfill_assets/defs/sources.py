@@ -1,6 +1,5 @@
 """The example's upstream data: synthetic orders landing daily, and FX reference rates."""
 
-
 import dagster as dg
 
 from backfill_assets.constants import WRITER_POOL
@@ -32,8 +31,14 @@ def raw_orders(
 ) -> dg.MaterializeResult:
     start, end = partition_dates(context)
     rows = load_plain_partitions(
-        warehouse.adapter(), o.RAW_ORDERS, o.RAW_ORDER_COLUMNS, "order_date", o.RAW_ORDERS_SQL,
-        start, end, {"n": config.rows_per_day},
+        warehouse.adapter(),
+        o.RAW_ORDERS,
+        o.RAW_ORDER_COLUMNS,
+        "order_date",
+        o.RAW_ORDERS_SQL,
+        start,
+        end,
+        {"n": config.rows_per_day},
     )
     return dg.MaterializeResult(metadata={"rows": rows})
 
@@ -47,10 +52,12 @@ def raw_orders(
 )
 def fx_rates(warehouse: WarehouseResource) -> dg.MaterializeResult:
     wh = warehouse.adapter()
-    replace_table(wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")],
-                  o.RATES_TO_USD)
-    replace_table(wh, o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")],
-                  o.COUNTRIES)
+    replace_table(
+        wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    )
+    replace_table(
+        wh, o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")], o.COUNTRIES
+    )
     return dg.MaterializeResult(metadata={"currencies": len(o.RATES_TO_USD)})
 
 

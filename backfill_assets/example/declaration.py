@@ -38,8 +38,17 @@ ORDERS_CRITERIA = Criteria(
     sample=SampleCriterion(
         size=200,
         unchanged_columns=(
-            "order_date", "ordered_at", "customer_id", "country", "currency", "gross_amount",
-            "discount_amount", "tax_amount", "net_amount", "status", "is_cancelled",
+            "order_date",
+            "ordered_at",
+            "customer_id",
+            "country",
+            "currency",
+            "gross_amount",
+            "discount_amount",
+            "tax_amount",
+            "net_amount",
+            "status",
+            "is_cancelled",
         ),
         changed_columns=(
             ChangedColumn("fx_rate", "fx_rate > 0"),

@@ -9,12 +9,26 @@ currency. Every other column is identical between the two versions.
 from __future__ import annotations
 
 COUNTRIES: list[tuple[str, str]] = [
-    ("US", "USD"), ("GB", "GBP"), ("DE", "EUR"), ("FR", "EUR"), ("IE", "EUR"),
-    ("CH", "CHF"), ("SE", "SEK"), ("JP", "JPY"), ("CA", "CAD"), ("AU", "AUD"),
+    ("US", "USD"),
+    ("GB", "GBP"),
+    ("DE", "EUR"),
+    ("FR", "EUR"),
+    ("IE", "EUR"),
+    ("CH", "CHF"),
+    ("SE", "SEK"),
+    ("JP", "JPY"),
+    ("CA", "CAD"),
+    ("AU", "AUD"),
 ]
 RATES_TO_USD: list[tuple[str, float]] = [
-    ("USD", 1.0), ("GBP", 1.27), ("EUR", 1.08), ("CHF", 1.13), ("SEK", 0.095),
-    ("JPY", 0.0067), ("CAD", 0.73), ("AUD", 0.66),
+    ("USD", 1.0),
+    ("GBP", 1.27),
+    ("EUR", 1.08),
+    ("CHF", 1.13),
+    ("SEK", 0.095),
+    ("JPY", 0.0067),
+    ("CAD", 0.73),
+    ("AUD", 0.66),
 ]
 
 RAW_ORDERS = "raw_orders"
@@ -105,7 +119,8 @@ select
     o.tax as tax_amount,
     (o.amount - o.discount - o.tax)::decimal(12, 2) as net_amount,
     r.rate_to_usd::decimal(12, 6) as fx_rate,
-    round((o.amount - o.discount - o.tax) * r.rate_to_usd, 2)::decimal(14, 2) as net_revenue_usd,
+    round((o.amount - o.discount - o.tax) * r.rate_to_usd::decimal(12, 6), 2)::decimal(14, 2)
+        as net_revenue_usd,
     o.status,
     o.status in ('cancelled', 'refunded') as is_cancelled
 """

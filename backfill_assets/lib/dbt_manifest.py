@@ -37,8 +37,15 @@ def ensure_manifest(project: Any) -> Path:
     project_dir = Path(project.project_dir)
     manifest = Path(project.manifest_path)
     if manifest_is_stale(project_dir, manifest):
-        cmd = [dbt_executable(), "parse", "--quiet",
-               "--project-dir", str(project_dir), "--profiles-dir", str(project_dir)]
+        cmd = [
+            dbt_executable(),
+            "parse",
+            "--quiet",
+            "--project-dir",
+            str(project_dir),
+            "--profiles-dir",
+            str(project_dir),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0 or not manifest.exists():
             raise RuntimeError(

@@ -8,10 +8,16 @@ from backfill_assets.constants import SHADOW_SUFFIX
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.warehouse.identifiers import validate_ident
 
-
 # Rough in-memory width of a value, for cost estimates only.
-_TYPE_BYTES = {"BIGINT": 8, "INTEGER": 4, "DATE": 4, "TIMESTAMP": 8, "BOOLEAN": 1, "DOUBLE": 8,
-               "DECIMAL": 16}
+_TYPE_BYTES = {
+    "BIGINT": 8,
+    "INTEGER": 4,
+    "DATE": 4,
+    "TIMESTAMP": 8,
+    "BOOLEAN": 1,
+    "DOUBLE": 8,
+    "DECIMAL": 16,
+}
 
 
 @dataclass(frozen=True)
@@ -23,7 +29,9 @@ class Column:
         validate_ident(self.name, "column name")
         # Types are written into DDL; allow only plain type names like DECIMAL(12, 2).
         if not all(ch.isalnum() or ch in "(), _" for ch in self.sql_type) or not self.sql_type:
-            raise InvalidInput(f"column {self.name}: type {self.sql_type!r} is not a plain SQL type")
+            raise InvalidInput(
+                f"column {self.name}: type {self.sql_type!r} is not a plain SQL type"
+            )
 
 
 @dataclass(frozen=True)
@@ -71,8 +79,9 @@ class TableSpec:
 
     @property
     def bytes_per_row(self) -> int:
-        return sum(_TYPE_BYTES.get(c.sql_type.split("(")[0].strip().upper(), 16)
-                   for c in self.columns)
+        return sum(
+            _TYPE_BYTES.get(c.sql_type.split("(")[0].strip().upper(), 16) for c in self.columns
+        )
 
     @property
     def column_names(self) -> tuple[str, ...]:

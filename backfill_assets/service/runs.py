@@ -36,10 +36,18 @@ def run_job(
     tags: Mapping[str, str] | None = None,
     run_config: Mapping[str, Any] | None = None,
     raise_on_error: bool = True,
+    log_level: str | None = None,
 ) -> dg.ExecuteInProcessResult:
-    """Execute one job in-process: a single partition, a partition range, or unpartitioned."""
+    """Execute one job in-process: a single partition, a partition range, or unpartitioned.
+
+    `log_level` (e.g. "WARNING") quiets the run's console logger for command-line use; the
+    instance's event log keeps every event either way.
+    """
     job = defs.resolve_job_def(job_name)
     all_tags = dict(tags or {})
+    config = dict(run_config or {})
+    if log_level:
+        config["loggers"] = {"console": {"config": {"log_level": log_level}}}
     if start is not None and end_inclusive is not None:
         if start == end_inclusive:
             partition_key = start.isoformat()
@@ -49,6 +57,6 @@ def run_job(
         instance=instance,
         partition_key=partition_key,
         tags=all_tags,
-        run_config=dict(run_config or {}),
+        run_config=config,
         raise_on_error=raise_on_error,
     )

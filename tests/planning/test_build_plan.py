@@ -41,8 +41,15 @@ from backfill_assets.lib.warehouse.identifiers import validate_ident
 VALIDATE_PLAN = Path(__file__).parents[2].parent / "shared" / "tools" / "validate_plan.py"
 UTC = dt.UTC
 BERLIN = ZoneInfo("Europe/Berlin")
-COLUMNS = ("order_id", "order_date", "customer_id", "gross_amount", "net_amount", "fx_rate",
-           "net_revenue_usd")
+COLUMNS = (
+    "order_id",
+    "order_date",
+    "customer_id",
+    "gross_amount",
+    "net_amount",
+    "fx_rate",
+    "net_revenue_usd",
+)
 CRITERIA = Criteria(
     row_count=RowCountCriterion(compare_to=("source", "target")),
     sample=SampleCriterion(
@@ -60,9 +67,14 @@ IMPACT = (
 
 def target(**changes: Any) -> TargetInfo:
     base = TargetInfo(
-        key="orders_daily", shadow_key="orders_daily__shadow",
-        partitions_start=dt.date(2020, 1, 1), partitions_end=None, timezone="UTC",
-        daily_job="orders_daily_job", daily_expected_start=dt.time(1, 0), columns=COLUMNS,
+        key="orders_daily",
+        shadow_key="orders_daily__shadow",
+        partitions_start=dt.date(2020, 1, 1),
+        partitions_end=None,
+        timezone="UTC",
+        daily_job="orders_daily_job",
+        daily_expected_start=dt.time(1, 0),
+        columns=COLUMNS,
         default_criteria=CRITERIA,
     )
     return dataclasses.replace(base, **changes)
@@ -87,8 +99,13 @@ def inputs(tgt: TargetInfo | None = None, **changes: Any) -> PlanInputs:
 
 def request(**changes: Any) -> PlanRequest:
     base = PlanRequest(
-        target="orders_daily", start="2026-01-01", end="2026-03-31", window="03:00-06:00",
-        timezone=None, rollback="backup", criteria=None,
+        target="orders_daily",
+        start="2026-01-01",
+        end="2026-03-31",
+        window="03:00-06:00",
+        timezone=None,
+        rollback="backup",
+        criteria=None,
     )
     return dataclasses.replace(base, **changes)
 
@@ -104,16 +121,21 @@ def assert_validate_plan_holds(plan: BackfillPlan, tmp_path: Path) -> None:
     path = tmp_path / f"{plan.plan_id}.json"
     path.write_text(plan.to_json())
     done = subprocess.run(
-        [sys.executable, str(VALIDATE_PLAN), str(path)], capture_output=True, text=True,
-        check=False, timeout=60,
+        [sys.executable, str(VALIDATE_PLAN), str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "plan holds" in done.stdout
 
 
 def local_slots(plan: BackfillPlan, tz: ZoneInfo) -> list[tuple[str, str]]:
-    return [(b.slot.start.astimezone(tz).isoformat(), b.slot.end.astimezone(tz).isoformat())
-            for b in plan.batches]
+    return [
+        (b.slot.start.astimezone(tz).isoformat(), b.slot.end.astimezone(tz).isoformat())
+        for b in plan.batches
+    ]
 
 
 # --- the main path ------------------------------------------------------------------------------
@@ -124,8 +146,7 @@ def test_a_90_day_backfill_gets_one_gated_batch_per_iso_week_inside_the_window(
 ) -> None:
     plan = build_plan(request(), inputs())
 
-    iso_weeks = {(dt.date(2026, 1, 1) + dt.timedelta(days=i)).isocalendar()[:2]
-                 for i in range(90)}
+    iso_weeks = {(dt.date(2026, 1, 1) + dt.timedelta(days=i)).isocalendar()[:2] for i in range(90)}
     assert len(iso_weeks) == 14
     assert len(plan.batches) == 14
     assert len(plan.partitions) == 90
@@ -147,12 +168,16 @@ def test_a_90_day_backfill_gets_one_gated_batch_per_iso_week_inside_the_window(
         assert nxt.slot.start == prev.slot.end
     c = plan.contention
     assert (c.daily_slot_start, c.daily_slot_end) == ("00:30", "01:45")
-    daily_arc = (seconds_of_day(dt.time.fromisoformat(c.daily_slot_start)),
-                 c.daily_duration_seconds + 2 * c.margin_seconds)
+    daily_arc = (
+        seconds_of_day(dt.time.fromisoformat(c.daily_slot_start)),
+        c.daily_duration_seconds + 2 * c.margin_seconds,
+    )
     for b in plan.batches:
         start = seconds_of_day(b.slot.start.timetz())
-        assert not arcs_overlap((start, int((b.slot.end - b.slot.start).total_seconds())),
-                                (daily_arc[0], int(daily_arc[1])))
+        assert not arcs_overlap(
+            (start, int((b.slot.end - b.slot.start).total_seconds())),
+            (daily_arc[0], int(daily_arc[1])),
+        )
     assert c.occurrences_needed == 1
     assert c.expected_finish == plan.batches[-1].slot.end
     assert_validate_plan_holds(plan, tmp_path)
@@ -164,19 +189,40 @@ def test_the_plan_dict_carries_every_key_of_the_contract() -> None:
     assert d["created_at"] == "2026-04-10T12:00:00+00:00"
     assert d["impact"][0] == {"asset_key": "stg_orders", "partitions": "all", "kind": "dbt"}
     assert d["impact"][1]["partitions"] == ["2025-12-29", "2026-01-05"]
-    assert set(d["cost"]) >= {"basis", "rows", "bytes", "seconds", "per_batch_overhead_seconds",
-                              "seconds_per_row"}
-    assert set(d["contention"]) >= {"daily_job", "daily_slot", "daily_expected_start",
-                                    "daily_duration_seconds", "margin_seconds", "basis",
-                                    "occurrences_needed", "expected_finish"}
+    assert set(d["cost"]) >= {
+        "basis",
+        "rows",
+        "bytes",
+        "seconds",
+        "per_batch_overhead_seconds",
+        "seconds_per_row",
+    }
+    assert set(d["contention"]) >= {
+        "daily_job",
+        "daily_slot",
+        "daily_expected_start",
+        "daily_duration_seconds",
+        "margin_seconds",
+        "basis",
+        "occurrences_needed",
+        "expected_finish",
+    }
     assert d["contention"]["daily_slot"] == {"start": "00:30", "end": "01:45"}
     assert d["window"] == {"start": "03:00", "end": "06:00", "timezone": "UTC"}
     batch = d["batches"][0]
-    assert batch["slot"] == {"start": "2026-04-11T03:00:00+00:00",
-                             "end": "2026-04-11T03:00:11+00:00"}
+    assert batch["slot"] == {
+        "start": "2026-04-11T03:00:00+00:00",
+        "end": "2026-04-11T03:00:11+00:00",
+    }
     assert batch["gates"] == ["row_count_gate", "sample_gate", "invariants_gate"]
-    assert set(batch) >= {"index", "start", "end", "partitions", "estimated_seconds",
-                          "estimated_rows"}
+    assert set(batch) >= {
+        "index",
+        "start",
+        "end",
+        "partitions",
+        "estimated_seconds",
+        "estimated_rows",
+    }
 
 
 def test_cost_uses_documented_defaults_without_history_and_says_so() -> None:
@@ -195,10 +241,15 @@ def test_cost_uses_documented_defaults_without_history_and_says_so() -> None:
 
 def test_cost_and_contention_use_warehouse_stats_and_run_history_when_present() -> None:
     rows = {dt.date(2026, 1, 1) + dt.timedelta(days=i): 1_000 for i in range(89)}  # last day empty
-    plan = build_plan(request(), inputs(
-        partition_rows=rows, seconds_per_row=1e-3, batch_overhead_seconds=4.0,
-        daily_durations_seconds=tuple(float(60 * m) for m in range(1, 21)),
-    ))
+    plan = build_plan(
+        request(),
+        inputs(
+            partition_rows=rows,
+            seconds_per_row=1e-3,
+            batch_overhead_seconds=4.0,
+            daily_durations_seconds=tuple(float(60 * m) for m in range(1, 21)),
+        ),
+    )
     assert plan.cost.rows == 90_000  # the empty day is estimated at the mean of the others
     assert plan.cost.seconds == pytest.approx(90_000 * 1e-3 + 14 * 4.0)
     assert plan.batches[0].estimated_seconds == pytest.approx(4_000 * 1e-3 + 4.0)
@@ -274,16 +325,26 @@ def test_a_window_touching_the_daily_slot_edge_is_accepted() -> None:
     assert plan.batches[0].slot.start == dt.datetime(2026, 4, 11, 1, 45, tzinfo=UTC)
 
 
-def test_a_window_in_another_timezone_is_checked_against_the_daily_run_in_winter_and_summer(
-) -> None:
+def test_a_window_in_another_timezone_is_checked_against_the_daily_run_in_winter_and_summer() -> (
+    None
+):
     # Daily 01:00 UTC is 20:00 in New York in winter, 21:00 in summer (slot 20:30-21:45).
     with pytest.raises(PlanRefused, match=r"overlaps the daily run .* slot 20:30-21:45"):
-        build_plan(request(start="2025-12-01", end="2025-12-31", window="21:00-23:00",
-                           timezone="America/New_York"),
-                   inputs(now=dt.datetime(2026, 1, 20, 12, tzinfo=UTC)))
-    plan = build_plan(request(start="2025-12-01", end="2025-12-31", window="22:00-04:00",
-                              timezone="America/New_York"),
-                      inputs(now=dt.datetime(2026, 1, 20, 12, tzinfo=UTC)))
+        build_plan(
+            request(
+                start="2025-12-01",
+                end="2025-12-31",
+                window="21:00-23:00",
+                timezone="America/New_York",
+            ),
+            inputs(now=dt.datetime(2026, 1, 20, 12, tzinfo=UTC)),
+        )
+    plan = build_plan(
+        request(
+            start="2025-12-01", end="2025-12-31", window="22:00-04:00", timezone="America/New_York"
+        ),
+        inputs(now=dt.datetime(2026, 1, 20, 12, tzinfo=UTC)),
+    )
     assert plan.window.timezone == "America/New_York"
     assert plan.batches[0].slot.start.isoformat() == "2026-01-20T22:00:00-05:00"
 
@@ -325,22 +386,31 @@ def test_malformed_or_impossible_dates_are_refused(start: str, end: str, message
 
 
 def test_a_start_before_the_first_partition_is_refused() -> None:
-    with pytest.raises(PlanRefused, match=r"start 2019-12-31 is before the first partition of "
-                                          r"orders_daily \(2020-01-01\); use --start 2020-01-01"):
+    with pytest.raises(
+        PlanRefused,
+        match=r"start 2019-12-31 is before the first partition of "
+        r"orders_daily \(2020-01-01\); use --start 2020-01-01",
+    ):
         build_plan(request(start="2019-12-31"), inputs())
 
 
 def test_an_end_after_the_last_partition_is_refused() -> None:
     tgt = target(partitions_end=dt.date(2026, 2, 28))
-    with pytest.raises(PlanRefused, match=r"end 2026-03-31 is after the last partition of "
-                                          r"orders_daily \(2026-02-28\); use --end 2026-02-28"):
+    with pytest.raises(
+        PlanRefused,
+        match=r"end 2026-03-31 is after the last partition of "
+        r"orders_daily \(2026-02-28\); use --end 2026-02-28",
+    ):
         build_plan(request(), inputs(tgt))
 
 
 @pytest.mark.parametrize("end", ["2026-04-10", "2026-05-01"])
 def test_partitions_that_have_not_landed_yet_are_refused(end: str) -> None:
-    with pytest.raises(PlanRefused, match=rf"end {end} has not landed yet \(today is 2026-04-10 "
-                                          r"in UTC\).*--end 2026-04-09"):
+    with pytest.raises(
+        PlanRefused,
+        match=rf"end {end} has not landed yet \(today is 2026-04-10 "
+        r"in UTC\).*--end 2026-04-09",
+    ):
         build_plan(request(end=end), inputs())
 
 
@@ -349,18 +419,24 @@ def test_today_is_taken_in_the_plan_timezone() -> None:
     now = dt.datetime(2026, 4, 9, 23, 30, tzinfo=UTC)
     with pytest.raises(PlanRefused, match="today is 2026-04-09 in UTC"):
         build_plan(request(end="2026-04-09"), inputs(now=now))
-    berlin = build_plan(request(end="2026-04-09", timezone="Europe/Berlin", window="04:00-07:00"),
-                        inputs(now=now))
+    berlin = build_plan(
+        request(end="2026-04-09", timezone="Europe/Berlin", window="04:00-07:00"), inputs(now=now)
+    )
     assert berlin.end == dt.date(2026, 4, 9)
 
 
-def test_an_unknown_target_and_a_known_but_not_backfillable_asset_get_different_messages(
-) -> None:
-    with pytest.raises(PlanRefused, match=r"unknown target 'ordres_daily': no asset with that key"
-                                          r".*backfillable tables are \['orders_daily'\]"):
+def test_an_unknown_target_and_a_known_but_not_backfillable_asset_get_different_messages() -> None:
+    with pytest.raises(
+        PlanRefused,
+        match=r"unknown target 'ordres_daily': no asset with that key"
+        r".*backfillable tables are \['orders_daily'\]",
+    ):
         build_plan(request(target="ordres_daily"), inputs())
-    with pytest.raises(PlanRefused, match=r"asset 'raw_orders' exists but is not backfillable: "
-                                          r"it has no BackfillableTable declaration"):
+    with pytest.raises(
+        PlanRefused,
+        match=r"asset 'raw_orders' exists but is not backfillable: "
+        r"it has no BackfillableTable declaration",
+    ):
         build_plan(request(target="raw_orders"), inputs())
 
 
@@ -371,9 +447,12 @@ def test_an_unknown_timezone_is_refused(tz: str) -> None:
 
 
 def test_a_batch_that_cannot_fit_in_one_window_occurrence_is_refused() -> None:
-    with pytest.raises(PlanRefused, match=r"batch 1 \(2026-01-01\.\.2026-01-04\) needs an "
-                                          r"estimated 3h 20m but the window 03:00-06:00 lasts "
-                                          r"3h 00m.*widen the window"):
+    with pytest.raises(
+        PlanRefused,
+        match=r"batch 1 \(2026-01-01\.\.2026-01-04\) needs an "
+        r"estimated 3h 20m but the window 03:00-06:00 lasts "
+        r"3h 00m.*widen the window",
+    ):
         build_plan(request(), fixed_batches(12_000.0))
 
 
@@ -386,8 +465,10 @@ def test_a_naive_now_is_a_caller_bug_not_a_refusal() -> None:
 
 
 def test_a_window_crossing_midnight_places_batches_across_midnight(tmp_path: Path) -> None:
-    plan = build_plan(request(window="22:00-04:00"),
-                      fixed_batches(3000.0, target(daily_expected_start=dt.time(6, 0))))
+    plan = build_plan(
+        request(window="22:00-04:00"),
+        fixed_batches(3000.0, target(daily_expected_start=dt.time(6, 0))),
+    )
     slots = local_slots(plan, ZoneInfo("UTC"))
     # 7 batches of 50 min fill 22:00-03:50; the 8th waits for the next night.
     assert slots[0] == ("2026-04-10T22:00:00+00:00", "2026-04-10T22:50:00+00:00")
@@ -402,8 +483,10 @@ def test_a_spring_forward_night_holds_fewer_batches(tmp_path: Path) -> None:
     # 2026-03-29: 01:00-04:00 Berlin lasts 2 real hours; 3 batches of 50 min fit on other nights.
     tgt = target(timezone="Europe/Berlin", daily_expected_start=dt.time(6, 0))
     now = dt.datetime(2026, 3, 28, 12, tzinfo=BERLIN)
-    plan = build_plan(request(start="2026-01-05", end="2026-02-15", window="01:00-04:00"),
-                      fixed_batches(3000.0, tgt, now=now))
+    plan = build_plan(
+        request(start="2026-01-05", end="2026-02-15", window="01:00-04:00"),
+        fixed_batches(3000.0, tgt, now=now),
+    )
     slots = local_slots(plan, BERLIN)
     assert slots[:3] == [
         ("2026-03-29T01:00:00+01:00", "2026-03-29T01:50:00+01:00"),
@@ -418,8 +501,10 @@ def test_a_fall_back_night_holds_more_batches(tmp_path: Path) -> None:
     # 2026-10-25: 01:00-04:00 Berlin lasts 4 real hours, room for 4 batches of 50 min.
     tgt = target(timezone="Europe/Berlin", daily_expected_start=dt.time(6, 0))
     now = dt.datetime(2026, 10, 24, 12, tzinfo=BERLIN)
-    plan = build_plan(request(start="2026-01-05", end="2026-02-15", window="01:00-04:00"),
-                      fixed_batches(3000.0, tgt, now=now))
+    plan = build_plan(
+        request(start="2026-01-05", end="2026-02-15", window="01:00-04:00"),
+        fixed_batches(3000.0, tgt, now=now),
+    )
     slots = local_slots(plan, BERLIN)
     assert [s for s in slots if s[0].startswith("2026-10-25")] == [
         ("2026-10-25T01:00:00+02:00", "2026-10-25T01:50:00+02:00"),
@@ -445,8 +530,10 @@ def test_a_window_closing_in_the_skipped_hour_ends_before_the_gap(tmp_path: Path
     # 00:00-02:30 Berlin on 2026-03-29 ends at 01:59:59 CET: 2 batches of 50 min, not 3.
     tgt = target(timezone="Europe/Berlin", daily_expected_start=dt.time(6, 0))
     now = dt.datetime(2026, 3, 28, 12, tzinfo=BERLIN)
-    plan = build_plan(request(start="2026-01-05", end="2026-01-25", window="00:00-02:30"),
-                      fixed_batches(3000.0, tgt, now=now))
+    plan = build_plan(
+        request(start="2026-01-05", end="2026-01-25", window="00:00-02:30"),
+        fixed_batches(3000.0, tgt, now=now),
+    )
     days = [b.slot.start.astimezone(BERLIN).date() for b in plan.batches]
     assert days == [dt.date(2026, 3, 29)] * 2 + [dt.date(2026, 3, 30)]
     assert_validate_plan_holds(plan, tmp_path)
@@ -465,8 +552,10 @@ def test_the_daily_run_drifting_into_the_window_on_a_dst_day_is_kept_clear(
 
 
 def test_a_range_over_a_leap_day_has_every_partition(tmp_path: Path) -> None:
-    plan = build_plan(request(start="2024-02-28", end="2024-03-01"),
-                      inputs(now=dt.datetime(2024, 3, 5, 12, tzinfo=UTC)))
+    plan = build_plan(
+        request(start="2024-02-28", end="2024-03-01"),
+        inputs(now=dt.datetime(2024, 3, 5, 12, tzinfo=UTC)),
+    )
     assert plan.partitions == ("2024-02-28", "2024-02-29", "2024-03-01")
     assert len(plan.batches) == 1
     assert plan.batches[0].partitions == plan.partitions
@@ -478,8 +567,9 @@ def test_a_range_over_a_leap_day_has_every_partition(tmp_path: Path) -> None:
 
 def test_the_plan_id_is_stable_across_calls_and_clocks_and_safe_as_an_identifier() -> None:
     a = build_plan(request(), inputs())
-    b = build_plan(request(), inputs(now=dt.datetime(2026, 4, 12, 8, tzinfo=UTC),
-                                     seconds_per_row=1e-6))
+    b = build_plan(
+        request(), inputs(now=dt.datetime(2026, 4, 12, 8, tzinfo=UTC), seconds_per_row=1e-6)
+    )
     assert a.plan_id == b.plan_id
     assert re.fullmatch(r"p[0-9a-f]{10}", a.plan_id)
     assert validate_ident(a.plan_id) == a.plan_id
@@ -522,12 +612,18 @@ def _plan_dict() -> dict[str, Any]:
         (lambda t: t[: len(t) // 2], "plan is not valid JSON .*truncated"),
         (lambda t: "", "plan is not valid JSON"),
         (lambda t: "[1, 2]", "a plan must be a JSON object"),
-        (lambda t: t.replace('"schema_version": 1', '"schema_version": 99'),
-         "plan schema_version 99 is not supported"),
-        (lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "batches"}),
-         r"plan is missing keys \['batches'\]"),
-        (lambda t: t.replace('"start": "2026-01-01"', '"start": "January"'),
-         "plan start 'January' is not an ISO date"),
+        (
+            lambda t: t.replace('"schema_version": 1', '"schema_version": 99'),
+            "plan schema_version 99 is not supported",
+        ),
+        (
+            lambda t: json.dumps({k: v for k, v in json.loads(t).items() if k != "batches"}),
+            r"plan is missing keys \['batches'\]",
+        ),
+        (
+            lambda t: t.replace('"start": "2026-01-01"', '"start": "January"'),
+            "plan start 'January' is not an ISO date",
+        ),
         (lambda t: t.replace('"slot": {', '"slit": {', 1), "missing key 'slot'"),
         (lambda t: t.replace('"batches": [', '"batches": 7, "x": [', 1), "batches must be a list"),
     ],
@@ -548,10 +644,16 @@ def test_verify_integrity_accepts_the_plan_as_built() -> None:
 
 def test_verify_integrity_catches_a_batch_edited_by_hand() -> None:
     plan = build_plan(request(), inputs())
-    b1 = dataclasses.replace(plan.batches[0], end=dt.date(2026, 1, 5),
-                             partitions=(*plan.batches[0].partitions, "2026-01-05"))
-    with pytest.raises(InvalidInput, match=r"batch 1 \(2026-01-01\.\.2026-01-05\) should be "
-                                           r"batch 1 \(2026-01-01\.\.2026-01-04\)"):
+    b1 = dataclasses.replace(
+        plan.batches[0],
+        end=dt.date(2026, 1, 5),
+        partitions=(*plan.batches[0].partitions, "2026-01-05"),
+    )
+    with pytest.raises(
+        InvalidInput,
+        match=r"batch 1 \(2026-01-01\.\.2026-01-05\) should be "
+        r"batch 1 \(2026-01-01\.\.2026-01-04\)",
+    ):
         verify_integrity(_edited(plan, batches=(b1, *plan.batches[1:])))
 
 

@@ -41,24 +41,42 @@ def make_plan(
     *, window: str = "03:00-06:00", daily: dt.time = dt.time(1, 0), **inputs: Any
 ) -> BackfillPlan:
     target = TargetInfo(
-        key="orders_daily", shadow_key="orders_daily__shadow",
-        partitions_start=dt.date(2020, 1, 1), partitions_end=None, timezone="UTC",
-        daily_job="orders_daily_job", daily_expected_start=daily,
+        key="orders_daily",
+        shadow_key="orders_daily__shadow",
+        partitions_start=dt.date(2020, 1, 1),
+        partitions_end=None,
+        timezone="UTC",
+        daily_job="orders_daily_job",
+        daily_expected_start=daily,
         columns=("order_id", "customer_id", "net_amount", "fx_rate", "net_revenue_usd"),
         default_criteria=CRITERIA,
     )
     facts = PlanInputs(
-        targets={"orders_daily": target}, known_assets=frozenset({"orders_daily"}),
-        impact=(ImpactedAsset("stg_orders", "all", "dbt"),
-                ImpactedAsset("fct_weekly_revenue",
-                              tuple(f"2026-{m:02d}-01" for m in (1, 2, 3, 4)), "dbt")),
-        partition_rows={}, seconds_per_row=None, batch_overhead_seconds=None,
-        daily_durations_seconds=(), now=dt.datetime(2026, 4, 10, 12, tzinfo=UTC),
+        targets={"orders_daily": target},
+        known_assets=frozenset({"orders_daily"}),
+        impact=(
+            ImpactedAsset("stg_orders", "all", "dbt"),
+            ImpactedAsset(
+                "fct_weekly_revenue", tuple(f"2026-{m:02d}-01" for m in (1, 2, 3, 4)), "dbt"
+            ),
+        ),
+        partition_rows={},
+        seconds_per_row=None,
+        batch_overhead_seconds=None,
+        daily_durations_seconds=(),
+        now=dt.datetime(2026, 4, 10, 12, tzinfo=UTC),
     )
     facts = dataclasses.replace(facts, **inputs)
     return build_plan(
-        PlanRequest(target="orders_daily", start="2026-01-01", end="2026-03-31", window=window,
-                    timezone=None, rollback="backup", criteria=None),
+        PlanRequest(
+            target="orders_daily",
+            start="2026-01-01",
+            end="2026-03-31",
+            window=window,
+            timezone=None,
+            rollback="backup",
+            criteria=None,
+        ),
         facts,
     )
 
@@ -112,8 +130,11 @@ def test_cost_and_contention_state_their_basis() -> None:
 
 def test_the_batches_table_has_one_row_per_batch_with_slot_and_gates() -> None:
     plan = make_plan()
-    rows = [line for line in render_markdown(plan).splitlines() if line.startswith("| ")
-            and line.split("|")[1].strip().isdigit()]
+    rows = [
+        line
+        for line in render_markdown(plan).splitlines()
+        if line.startswith("| ") and line.split("|")[1].strip().isdigit()
+    ]
     assert len(rows) == len(plan.batches) == 14
     assert rows[0] == (
         "| 1 | 2026-01-01..2026-01-04 | 4 | 40,000 | 10 s | 2026-04-11 03:00:00 +0000..03:00:11 "
@@ -122,8 +143,12 @@ def test_the_batches_table_has_one_row_per_batch_with_slot_and_gates() -> None:
 
 
 def test_the_timeline_shows_each_night_used_with_the_daily_slot() -> None:
-    plan = make_plan(window="22:00-04:00", daily=dt.time(6, 0), seconds_per_row=0.0,
-                     batch_overhead_seconds=3000.0)
+    plan = make_plan(
+        window="22:00-04:00",
+        daily=dt.time(6, 0),
+        seconds_per_row=0.0,
+        batch_overhead_seconds=3000.0,
+    )
     timeline = render_markdown(plan).split("## Timeline", 1)[1].strip("`\n ").splitlines()
     # Batches after midnight belong to the night that opened the evening before.
     assert timeline == [

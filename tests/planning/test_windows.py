@@ -133,10 +133,12 @@ def test_arcs_on_the_24_hour_circle_overlap_only_when_they_share_time(
 def test_subtracting_a_busy_interval_keeps_the_longest_free_piece() -> None:
     span = (utc(2026, 1, 1, 0), utc(2026, 1, 1, 6))
     assert subtract_busy(span, [(utc(2026, 1, 1, 0), utc(2026, 1, 1, 1))]) == (
-        utc(2026, 1, 1, 1), utc(2026, 1, 1, 6)
+        utc(2026, 1, 1, 1),
+        utc(2026, 1, 1, 6),
     )
     assert subtract_busy(span, [(utc(2026, 1, 1, 4), utc(2026, 1, 1, 5))]) == (
-        utc(2026, 1, 1, 0), utc(2026, 1, 1, 4)
+        utc(2026, 1, 1, 0),
+        utc(2026, 1, 1, 4),
     )
     assert subtract_busy(span, [(utc(2025, 12, 31), utc(2026, 1, 2))]) is None
 
@@ -165,16 +167,18 @@ def test_batches_pack_back_to_back_and_move_on_when_the_occurrence_is_full() -> 
 
 def test_a_short_dst_occurrence_is_skipped_by_a_batch_that_fits_an_ordinary_one() -> None:
     occ = [(utc(2026, 1, 1, 3), utc(2026, 1, 1, 3, 30)), (utc(2026, 1, 2, 3), utc(2026, 1, 2, 4))]
-    placed = place_batches([BatchLoad("batch 1", 2400)], occ, nominal_seconds=H,
-                           window_label="03:00-04:00")
+    placed = place_batches(
+        [BatchLoad("batch 1", 2400)], occ, nominal_seconds=H, window_label="03:00-04:00"
+    )
     assert placed[0].start == utc(2026, 1, 2, 3)
     assert placed[0].occurrence == 1  # occurrences are counted only when used
 
 
 def test_a_batch_longer_than_the_window_is_refused() -> None:
     with pytest.raises(PlanRefused, match=r"batch 1 needs an estimated 1h 00m .* lasts 30m 00s"):
-        place_batches([BatchLoad("batch 1", H)], [], nominal_seconds=1800,
-                      window_label="03:00-03:30")
+        place_batches(
+            [BatchLoad("batch 1", H)], [], nominal_seconds=1800, window_label="03:00-03:30"
+        )
 
 
 def test_the_daily_duration_is_the_nearest_rank_p95() -> None:

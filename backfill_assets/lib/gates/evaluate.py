@@ -34,7 +34,11 @@ def sample_seed(plan_id: str, day: dt.date) -> str:
 
 
 def row_count_outcome(
-    criteria: Criteria, day: dt.date, shadow: int, source: int | None, target: int | None,
+    criteria: Criteria,
+    day: dt.date,
+    shadow: int,
+    source: int | None,
+    target: int | None,
     duplicates: int,
 ) -> GateOutcome:
     """Shadow rows against the source and/or target counts within tolerance; no duplicate keys."""
@@ -55,14 +59,19 @@ def row_count_outcome(
             continue
         compared[name] = expected
         if abs(shadow - expected) > expected * tol:
-            problems.append(f"{shadow} rows vs {expected} in the {name} "
-                            f"(tolerance {criteria.row_count.tolerance_pct}%)")
+            problems.append(
+                f"{shadow} rows vs {expected} in the {name} "
+                f"(tolerance {criteria.row_count.tolerance_pct}%)"
+            )
     if not compared:
         problems.append("nothing to compare the row count with (configure compare_to)")
     if duplicates:
         problems.append(f"{duplicates} duplicate primary-key rows")
-    meta: dict[str, Any] = {"shadow_rows": shadow, "duplicate_key_rows": duplicates,
-                            "tolerance_pct": criteria.row_count.tolerance_pct}
+    meta: dict[str, Any] = {
+        "shadow_rows": shadow,
+        "duplicate_key_rows": duplicates,
+        "tolerance_pct": criteria.row_count.tolerance_pct,
+    }
     for name, n in compared.items():
         meta[f"{name}_rows"] = n
     if notes:
@@ -78,15 +87,19 @@ def sample_outcome(day: dt.date, diff: SampleDiff, target_rows: int) -> GateOutc
         problems.append(f"{diff.missing_in_target} sampled keys are not in the target")
     bad_cols = {c: n for c, n in diff.mismatches.items() if n}
     if bad_cols:
-        problems.append("unchanged columns differ: " + ", ".join(f"{c} ({n})" for c, n in
-                                                                   bad_cols.items()))
+        problems.append(
+            "unchanged columns differ: " + ", ".join(f"{c} ({n})" for c, n in bad_cols.items())
+        )
     bad_preds = {c: n for c, n in diff.predicate_violations.items() if n}
     if bad_preds:
-        problems.append("changed columns fail their rule: " + ", ".join(
-            f"{c} ({n})" for c, n in bad_preds.items()))
+        problems.append(
+            "changed columns fail their rule: "
+            + ", ".join(f"{c} ({n})" for c, n in bad_preds.items())
+        )
     if diff.fingerprint_equal is False:
-        problems.append("the whole-partition fingerprint of unchanged columns differs from the "
-                        "target")
+        problems.append(
+            "the whole-partition fingerprint of unchanged columns differs from the target"
+        )
     mismatched = max([0, *diff.mismatches.values(), *diff.predicate_violations.values()])
     rate = (mismatched / diff.sampled) if diff.sampled else 0.0
     meta: dict[str, Any] = {
@@ -107,10 +120,12 @@ def sample_outcome(day: dt.date, diff: SampleDiff, target_rows: int) -> GateOutc
 
 def invariants_outcome(day: dt.date, violations: dict[str, int]) -> GateOutcome:
     bad = {k: v for k, v in violations.items() if v}
-    desc = ("rows violate: " + ", ".join(f"{k} ({v})" for k, v in bad.items())) if bad else (
-        f"{len(violations)} invariants hold")
-    return GateOutcome(INVARIANTS_CHECK, day.isoformat(), not bad, desc,
-                       {"violations": violations})
+    desc = (
+        ("rows violate: " + ", ".join(f"{k} ({v})" for k, v in bad.items()))
+        if bad
+        else (f"{len(violations)} invariants hold")
+    )
+    return GateOutcome(INVARIANTS_CHECK, day.isoformat(), not bad, desc, {"violations": violations})
 
 
 def evaluate_gates(
@@ -134,13 +149,23 @@ def evaluate_gates(
     out: list[GateOutcome] = []
     day = start
     while day < end:
-        out.append(row_count_outcome(
-            criteria, day, shadow.get(day, 0), source.get(day) if spec.source else None,
-            target.get(day, 0), dups.get(day, 0),
-        ))
+        out.append(
+            row_count_outcome(
+                criteria,
+                day,
+                shadow.get(day, 0),
+                source.get(day) if spec.source else None,
+                target.get(day, 0),
+                dups.get(day, 0),
+            )
+        )
         diff = wh.sample_diff(
-            spec, day, size=criteria.sample.size, seed=sample_seed(plan_id, day),
-            unchanged=criteria.sample.unchanged_columns, changed_predicates=changed,
+            spec,
+            day,
+            size=criteria.sample.size,
+            seed=sample_seed(plan_id, day),
+            unchanged=criteria.sample.unchanged_columns,
+            changed_predicates=changed,
             full_compare=criteria.sample.full_compare,
         )
         out.append(sample_outcome(day, diff, target.get(day, 0)))

@@ -166,7 +166,7 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
     offset = 0
     for ws, we in spans:
         n = (we - ws).days + 1
-        batch_rows.append(sum(rows.per_day[offset:offset + n]))
+        batch_rows.append(sum(rows.per_day[offset : offset + n]))
         offset += n
     estimates = [rates.batch_seconds(r) for r in batch_rows]
     loads = [
@@ -197,16 +197,28 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         zip(spans, estimates, batch_rows, placements, strict=True), start=1
     ):
         n = (we - ws).days + 1
-        batches.append(Batch(
-            index=i, start=ws, end=we, partitions=keys[offset:offset + n], gates=GATE_NAMES,
-            slot=Slot(place.start.astimezone(tz), place.end.astimezone(tz)),
-            estimated_seconds=est, estimated_rows=n_rows,
-        ))
+        batches.append(
+            Batch(
+                index=i,
+                start=ws,
+                end=we,
+                partitions=keys[offset : offset + n],
+                gates=GATE_NAMES,
+                slot=Slot(place.start.astimezone(tz), place.end.astimezone(tz)),
+                estimated_seconds=est,
+                estimated_rows=n_rows,
+            )
+        )
         offset += n
 
     plan_id = compute_plan_id(
-        target=target.key, start=start, end=end, window=window.label, timezone=tz_name,
-        rollback=strategy, criteria=criteria,
+        target=target.key,
+        start=start,
+        end=end,
+        window=window.label,
+        timezone=tz_name,
+        rollback=strategy,
+        criteria=criteria,
     )
     total_rows = rows.total
     cost = Cost(
@@ -314,7 +326,11 @@ def _range(
 
 
 def _daily_arcs(
-    target: TargetInfo, target_tz: ZoneInfo, tz: ZoneInfo, now: dt.datetime, busy: int,
+    target: TargetInfo,
+    target_tz: ZoneInfo,
+    tz: ZoneInfo,
+    now: dt.datetime,
+    busy: int,
     margin: int,
 ) -> list[tuple[int, int]]:
     """The daily slot as arcs (start second of day, length) on the plan timezone's clock.
@@ -337,7 +353,10 @@ def _daily_arcs(
 
 
 def _daily_busy(
-    occ: tuple[dt.datetime, dt.datetime], target: TargetInfo, target_tz: ZoneInfo, busy: int,
+    occ: tuple[dt.datetime, dt.datetime],
+    target: TargetInfo,
+    target_tz: ZoneInfo,
+    busy: int,
     margin: int,
 ) -> list[tuple[dt.datetime, dt.datetime]]:
     """Real (UTC) slots of the daily run on the days around one occurrence."""
@@ -349,14 +368,19 @@ def _daily_busy(
         # Both readings of a repeated (or skipped) start time, to stay on the safe side.
         for edge in ("start", "end"):
             begin = resolve_local(day, target.daily_expected_start, target_tz, edge=edge)
-            out.append((begin - dt.timedelta(seconds=margin),
-                        begin + dt.timedelta(seconds=busy + margin)))
+            out.append(
+                (begin - dt.timedelta(seconds=margin), begin + dt.timedelta(seconds=busy + margin))
+            )
         day += dt.timedelta(days=1)
     return out
 
 
 def _overlap_message(
-    window: TimeWindow, tz_name: str, target: TargetInfo, arc: tuple[int, int], duration: float,
+    window: TimeWindow,
+    tz_name: str,
+    target: TargetInfo,
+    arc: tuple[int, int],
+    duration: float,
     margin: int,
 ) -> str:
     slot_start = hhmm_of_seconds(arc[0])

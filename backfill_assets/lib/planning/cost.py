@@ -69,9 +69,7 @@ def estimate_rows(
             f"without rows estimated at the mean of the others ({fill:,} rows)"
         )
     else:
-        basis = (
-            f"rows: no partition of the range has rows yet; default {fill:,} rows per partition"
-        )
+        basis = f"rows: no partition of the range has rows yet; default {fill:,} rows per partition"
     return RowEstimate(tuple(per_day), basis)
 
 

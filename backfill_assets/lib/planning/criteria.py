@@ -125,8 +125,9 @@ def merge_criteria(base: Criteria, override: dict[str, Any] | None) -> Criteria:
         raise InvalidInput("criteria must be a mapping with row_count, sample and/or invariants")
     unknown = set(override) - {"row_count", "sample", "invariants"}
     if unknown:
-        raise InvalidInput(f"unknown criteria keys {sorted(unknown)}; use row_count, sample, "
-                           "invariants")
+        raise InvalidInput(
+            f"unknown criteria keys {sorted(unknown)}; use row_count, sample, invariants"
+        )
     out = base
     try:
         if (rc := override.get("row_count")) is not None:

@@ -20,8 +20,9 @@ ALL: Literal["all"] = "all"
 
 
 def _kind(node: Any) -> str:
-    kinds = {k.removeprefix("dagster/kind/") for k in (node.tags or {}) if
-             k.startswith("dagster/kind/")}
+    kinds = {
+        k.removeprefix("dagster/kind/") for k in (node.tags or {}) if k.startswith("dagster/kind/")
+    }
     return "dbt" if "dbt" in kinds else "asset"
 
 
@@ -48,7 +49,8 @@ def downstream_impact(
     target_pd = asset_graph.get(target_key).partitions_def
     affected: dict[dg.AssetKey, Any] = {
         target_key: target_pd.subset_with_partition_keys([d.isoformat() for d in days])
-        if target_pd else ALL
+        if target_pd
+        else ALL
     }
     out: list[ImpactedAsset] = []
     for key in asset_graph.toposorted_asset_keys:

@@ -89,19 +89,24 @@ def _criteria(criteria: Criteria) -> list[str]:
         )
     if sample is not None:
         unchanged = ", ".join(f"`{c}`" for c in sample.unchanged_columns) or "none"
-        changed = ", ".join(
-            f"`{c.name}`" + (f" (must hold: `{c.must_hold}`)" if c.must_hold else "")
-            for c in sample.changed_columns
-        ) or "none"
+        changed = (
+            ", ".join(
+                f"`{c.name}`" + (f" (must hold: `{c.must_hold}`)" if c.must_hold else "")
+                for c in sample.changed_columns
+            )
+            or "none"
+        )
         whole = "; whole-partition hash of unchanged columns" if sample.full_compare else ""
         out.append(
             f"- Sample of {sample.size} rows per partition: unchanged {unchanged}; changed "
             f"{changed}{whole}."
         )
     if criteria.invariants:
-        out.append("- Invariants: " + "; ".join(
-            f"`{i.name}`: `{i.predicate}`" for i in criteria.invariants
-        ) + ".")
+        out.append(
+            "- Invariants: "
+            + "; ".join(f"`{i.name}`: `{i.predicate}`" for i in criteria.invariants)
+            + "."
+        )
     else:
         out.append("- Invariants: none.")
     return out

@@ -78,10 +78,11 @@ class ImpactedAsset:
         if isinstance(parts, str):
             if parts != "all":
                 raise InvalidInput(
-                    f"impact partitions {parts!r}: use a list of partition keys or \"all\""
+                    f'impact partitions {parts!r}: use a list of partition keys or "all"'
                 )
-            return ImpactedAsset(str(_req(data, "asset_key", "impact[]")), "all",
-                                 str(data.get("kind", "asset")))
+            return ImpactedAsset(
+                str(_req(data, "asset_key", "impact[]")), "all", str(data.get("kind", "asset"))
+            )
         return ImpactedAsset(
             str(_req(data, "asset_key", "impact[]")),
             tuple(str(p) for p in _as_list(parts, "impact[].partitions")),
@@ -267,13 +268,27 @@ class Rollback:
 
     @staticmethod
     def from_dict(data: Mapping[str, Any]) -> Rollback:
-        return Rollback(str(_req(data, "strategy", "rollback")),
-                        str(_req(data, "command", "rollback")))
+        return Rollback(
+            str(_req(data, "strategy", "rollback")), str(_req(data, "command", "rollback"))
+        )
 
 
 _TOP_KEYS = (
-    "schema_version", "plan_id", "created_at", "target", "shadow", "start", "end", "partitions",
-    "criteria", "impact", "cost", "contention", "window", "rollback", "batches",
+    "schema_version",
+    "plan_id",
+    "created_at",
+    "target",
+    "shadow",
+    "start",
+    "end",
+    "partitions",
+    "criteria",
+    "impact",
+    "cost",
+    "contention",
+    "window",
+    "rollback",
+    "batches",
 )
 
 
@@ -405,6 +420,7 @@ def verify_integrity(plan: BackfillPlan) -> None:
     Raises:
         InvalidInput: naming the first problem found.
     """
+
     def bad(what: str) -> InvalidInput:
         return InvalidInput(
             f"plan {plan.plan_id} fails its integrity check: {what}; plans must not be edited by "
@@ -418,8 +434,13 @@ def verify_integrity(plan: BackfillPlan) -> None:
     if plan.end < plan.start:
         raise bad(f"end {plan.end} is before start {plan.start}")
     expected_id = compute_plan_id(
-        target=plan.target, start=plan.start, end=plan.end, window=plan.window.label,
-        timezone=plan.window.timezone, rollback=plan.rollback.strategy, criteria=plan.criteria,
+        target=plan.target,
+        start=plan.start,
+        end=plan.end,
+        window=plan.window.label,
+        timezone=plan.window.timezone,
+        rollback=plan.rollback.strategy,
+        criteria=plan.criteria,
     )
     if plan.plan_id != expected_id:
         raise bad(
@@ -431,8 +452,9 @@ def verify_integrity(plan: BackfillPlan) -> None:
             f"rollback strategy {plan.rollback.strategy!r} is not one of {ROLLBACK_STRATEGIES}"
         )
     if plan.rollback.command != rollback_command(plan.plan_id):
-        raise bad(f"rollback command {plan.rollback.command!r} is not "
-                  f"{rollback_command(plan.plan_id)!r}")
+        raise bad(
+            f"rollback command {plan.rollback.command!r} is not {rollback_command(plan.plan_id)!r}"
+        )
     n_days = (plan.end - plan.start).days + 1
     if len(plan.partitions) != n_days or plan.partitions != _keys(plan.start, n_days):
         raise bad(f"partitions do not list every day of {plan.start}..{plan.end} once, in order")
@@ -443,9 +465,11 @@ def verify_integrity(plan: BackfillPlan) -> None:
     for i, (batch, (ws, we)) in enumerate(zip(plan.batches, spans, strict=True), start=1):
         n = (we - ws).days + 1
         if batch.index != i or batch.start != ws or batch.end != we:
-            raise bad(f"batch {batch.index} ({batch.start}..{batch.end}) should be batch {i} "
-                      f"({ws}..{we}), one ISO week")
-        if batch.partitions != plan.partitions[offset:offset + n]:
+            raise bad(
+                f"batch {batch.index} ({batch.start}..{batch.end}) should be batch {i} "
+                f"({ws}..{we}), one ISO week"
+            )
+        if batch.partitions != plan.partitions[offset : offset + n]:
             raise bad(f"batch {i} partitions do not match its dates {ws}..{we}")
         offset += n
         missing = [g for g in GATE_NAMES if g not in batch.gates]

@@ -53,21 +53,38 @@ class Warehouse(Protocol):
     def ensure_table(self, spec: TableSpec) -> None: ...
 
     def replace_partitions(
-        self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False,
-        plan_id: str | None = None, build_sql: str | None = None,
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        shadow: bool = False,
+        plan_id: str | None = None,
+        build_sql: str | None = None,
     ) -> dict[dt.date, int]: ...
 
     def partition_stats(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> PartitionStats: ...
 
-    def source_counts(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]: ...
+    def source_counts(
+        self, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, int]: ...
 
-    def duplicate_keys(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]: ...
+    def duplicate_keys(
+        self, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, int]: ...
 
     def sample_diff(
-        self, spec: TableSpec, day: dt.date, *, size: int, seed: str,
-        unchanged: tuple[str, ...], changed_predicates: dict[str, str], full_compare: bool,
+        self,
+        spec: TableSpec,
+        day: dt.date,
+        *,
+        size: int,
+        seed: str,
+        unchanged: tuple[str, ...],
+        changed_predicates: dict[str, str],
+        full_compare: bool,
     ) -> SampleDiff: ...
 
     def invariant_violations(

@@ -144,7 +144,7 @@ class DuckDBWarehouse:
         ).fetchall()
         out = {}
         for (name,) in rows:
-            rest = name[len(prefix):]
+            rest = name[len(prefix) :]
             if _WEEK_RE.fullmatch(rest):
                 out[rest] = name
         return out
@@ -186,8 +186,7 @@ class DuckDBWarehouse:
         con.execute(f"CREATE TABLE IF NOT EXISTS {template} ({cols})")
         for base in (spec.name, spec.shadow_name):
             exists = con.execute(
-                "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'main' "
-                "AND view_name = $n",
+                "SELECT count(*) FROM duckdb_views() WHERE schema_name = 'main' AND view_name = $n",
                 {"n": base},
             ).fetchone()[0]  # type: ignore[index]
             if not exists:
@@ -271,7 +270,11 @@ class DuckDBWarehouse:
         return counts
 
     def _bump_versions(
-        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, start: dt.date, end: dt.date,
+        self,
+        con: duckdb.DuckDBPyConnection,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
         now: dt.datetime,
     ) -> None:
         con.execute(
@@ -286,7 +289,11 @@ class DuckDBWarehouse:
         )
 
     def _counts(
-        self, con: duckdb.DuckDBPyConnection, base: str, spec: TableSpec, start: dt.date,
+        self,
+        con: duckdb.DuckDBPyConnection,
+        base: str,
+        spec: TableSpec,
+        start: dt.date,
         end: dt.date,
     ) -> dict[dt.date, int]:
         pc = quote_ident(spec.partition_column)
@@ -452,11 +459,14 @@ class DuckDBWarehouse:
     ) -> dict[dt.date, str]:
         """An order-independent checksum of every column, per partition (hex)."""
         with self.connect(read_only=True) as con:
-            return self._checksums(con, spec.shadow_name if shadow else spec.name, spec, start,
-                                   end)
+            return self._checksums(con, spec.shadow_name if shadow else spec.name, spec, start, end)
 
     def _checksums(
-        self, con: duckdb.DuckDBPyConnection, relation: str, spec: TableSpec, start: dt.date,
+        self,
+        con: duckdb.DuckDBPyConnection,
+        relation: str,
+        spec: TableSpec,
+        start: dt.date,
         end: dt.date,
     ) -> dict[dt.date, str]:
         pc = quote_ident(spec.partition_column)
@@ -562,13 +572,22 @@ class DuckDBWarehouse:
                 )
                 con.execute(
                     f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
-                    {"t": spec.name, "p": plan_id, "w": week, "s": r0, "e": r1,
-                     "h": week in live, "now": now},
+                    {
+                        "t": spec.name,
+                        "p": plan_id,
+                        "w": week,
+                        "s": r0,
+                        "e": r1,
+                        "h": week in live,
+                        "now": now,
+                    },
                 )
                 for d in wdays:
                     result[d] = {
-                        "rows_in": _rows_of(ins.get(d)), "checksum_in": ins.get(d, "0:0"),
-                        "rows_out": _rows_of(outs.get(d)), "checksum_out": outs.get(d, "0:0"),
+                        "rows_in": _rows_of(ins.get(d)),
+                        "checksum_in": ins.get(d, "0:0"),
+                        "rows_out": _rows_of(outs.get(d)),
+                        "checksum_out": outs.get(d, "0:0"),
                     }
             for r0, r1 in _runs(days):
                 self._bump_versions(con, spec, r0, r1, now)
@@ -612,8 +631,9 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id},
             ).fetchall()
             if not log:
-                raise SwapRefused(f"plan {plan_id} was never swapped into {spec.name}; "
-                                  "nothing to roll back")
+                raise SwapRefused(
+                    f"plan {plan_id} was never swapped into {spec.name}; nothing to roll back"
+                )
             states = {r[4] for r in log}
             if states == {"rolled_back"}:
                 return SwapResult(plan_id, "already_rolled_back", {}, 0, time.perf_counter() - t0)
@@ -659,8 +679,10 @@ class DuckDBWarehouse:
                 for i in range((r1 - r0).days):
                     d = r0 + dt.timedelta(days=i)
                     result[d] = {
-                        "rows_in": _rows_of(ins.get(d)), "checksum_in": ins.get(d, "0:0"),
-                        "rows_out": _rows_of(outs.get(d)), "checksum_out": outs.get(d, "0:0"),
+                        "rows_in": _rows_of(ins.get(d)),
+                        "checksum_in": ins.get(d, "0:0"),
+                        "rows_out": _rows_of(outs.get(d)),
+                        "checksum_out": outs.get(d, "0:0"),
                     }
                 self._bump_versions(con, spec, r0, r1, now)
             con.execute(
@@ -680,8 +702,9 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id},
             ).fetchone()[0]  # type: ignore[index]
             if state is None:
-                raise SwapRefused(f"plan {plan_id} has no backup in {spec.name}: it was never "
-                                  "swapped")
+                raise SwapRefused(
+                    f"plan {plan_id} has no backup in {spec.name}: it was never swapped"
+                )
             backup = self._week_tables(con, self._backup_base(spec, plan_id))
             for name in backup.values():
                 con.execute(f"DROP TABLE {quote_ident(name)}")
@@ -689,8 +712,11 @@ class DuckDBWarehouse:
                 con.execute(
                     f"UPDATE {M}.swap_log SET state='released', changed_at=$now "
                     "WHERE table_name=$t AND plan_id=$p",
-                    {"t": spec.name, "p": plan_id,
-                     "now": dt.datetime.now(dt.UTC).replace(tzinfo=None)},
+                    {
+                        "t": spec.name,
+                        "p": plan_id,
+                        "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
+                    },
                 )
         with self.connect() as con:
             con.execute("CHECKPOINT")

@@ -11,7 +11,7 @@ _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
 def validate_ident(name: object, what: str = "identifier") -> str:
-    """Return `name` if it is a safe SQL identifier (letters, digits, _; not starting with a digit)."""
+    """Return `name` if it is a safe SQL identifier: letters, digits, _, not digit-first."""
     if not isinstance(name, str) or not _IDENT_RE.match(name):
         raise InvalidInput(
             f"{what} {name!r} is not a safe identifier: use 1-63 letters, digits or underscores, "
@@ -42,12 +42,57 @@ _TOKEN_RE = re.compile(
     re.VERBOSE,
 )
 _KEYWORDS = frozenset(
-    "and or not is null true false in between like ilike case when then else end "
-    "as date timestamp decimal integer bigint double varchar boolean interval".split()
+    [
+        "and",
+        "or",
+        "not",
+        "is",
+        "null",
+        "true",
+        "false",
+        "in",
+        "between",
+        "like",
+        "ilike",
+        "case",
+        "when",
+        "then",
+        "else",
+        "end",
+        "as",
+        "date",
+        "timestamp",
+        "decimal",
+        "integer",
+        "bigint",
+        "double",
+        "varchar",
+        "boolean",
+        "interval",
+    ]
 )
 _FUNCTIONS = frozenset(
-    "abs round floor ceil coalesce nullif length lower upper trim cast least greatest "
-    "date_trunc extract year month day strftime".split()
+    [
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "coalesce",
+        "nullif",
+        "length",
+        "lower",
+        "upper",
+        "trim",
+        "cast",
+        "least",
+        "greatest",
+        "date_trunc",
+        "extract",
+        "year",
+        "month",
+        "day",
+        "strftime",
+    ]
 )
 
 
@@ -63,7 +108,7 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
     if "--" in text or "/*" in text or ";" in text:
         raise InvalidInput(
             f"predicate {predicate!r} contains a comment or ';': a predicate is one expression "
-            "over the row, e.g. \"net_amount >= 0\""
+            'over the row, e.g. "net_amount >= 0"'
         )
     while pos < len(text):
         if text[pos:].strip() == "":
@@ -71,7 +116,7 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
         m = _TOKEN_RE.match(text, pos)
         if not m or m.end() == pos:
             raise InvalidInput(
-                f"predicate {predicate!r}: unexpected text at {text[pos:pos + 20]!r}; use column "
+                f"predicate {predicate!r}: unexpected text at {text[pos : pos + 20]!r}; use column "
                 "names, literals, comparison/arithmetic operators and simple functions"
             )
         word = m.group("word")

@@ -1,0 +1,282 @@
+"""`make demo`: the whole story on the embedded DuckDB, end to end, printed as it happens.
+
+1. History: 120 days of orders land; `orders_daily` and its dbt marts are built by the daily
+   job's own code path with logic v1, which converted cross-border orders with the wrong rate.
+2. Story: the fix (v2) is in code. Plan a 90-day backfill around the daily run, approve it, run
+   it batch by batch into the shadow behind the gates, swap atomically, refresh the dbt marts,
+   and compare before/after.
+3. Corruption: a later plan meets a source day restated under it. The sample gate fails, the
+   plan halts before the next batch, the swap refuses and the target is unchanged. The day is
+   re-landed, the plan re-run (only what did not pass), swapped, then rolled back to show the
+   exact pre-swap checksum coming back.
+
+The demo resets its own state first: the warehouse file and the Dagster instance under the
+project's DAGSTER_HOME.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from backfill_assets.cli import QUIET, _runs_output_to_log
+from backfill_assets.errors import GateFailed
+
+SECTION = "=" * 78
+
+
+_OUT = sys.stdout  # the terminal, even while run output is redirected to the log
+
+
+def say(text: str = "") -> None:
+    print(text, file=_OUT, flush=True)
+
+
+def _checksum(wh: Any, spec: Any, start: dt.date, end_inclusive: dt.date) -> str:
+    parts = wh.checksums(spec, start, end_inclusive + dt.timedelta(days=1))
+    return hashlib.sha256(repr(sorted(parts.items())).encode()).hexdigest()[:16]
+
+
+def _wrong_fx_rows(wh: Any, start: dt.date, end_inclusive: dt.date) -> int:
+    return wh.query(
+        "select count(*) from orders_daily o join fx_rates r on r.currency = o.currency "
+        "where o.order_date between $s and $e and o.fx_rate <> r.rate_to_usd::decimal(12, 6)",
+        {"s": start, "e": end_inclusive},
+    )[0][0]
+
+
+def _revenue(wh: Any, start: dt.date, end_inclusive: dt.date) -> float:
+    return float(
+        wh.query(
+            "select coalesce(sum(net_revenue_usd), 0) from fct_daily_revenue "
+            "where order_date between $s and $e",
+            {"s": start, "e": end_inclusive},
+        )[0][0]
+    )
+
+
+def _swap(defs: Any, instance: Any, plan: Any, kind: str) -> Any:
+    from backfill_assets.service.runs import run_job
+
+    with _runs_output_to_log():
+        return run_job(
+            defs,
+            f"{plan.target}__{kind}_job",
+            instance,
+            raise_on_error=False,
+            log_level=QUIET,
+            run_config={"ops": {f"{plan.target}__{kind}": {"config": {"plan_id": plan.plan_id}}}},
+        )
+
+
+def _window_for(now: dt.datetime) -> tuple[str, bool]:
+    """An idle window clear of the daily run (01:00 UTC, with its margins), and whether `now`
+    falls outside it (then the demo runs with the operator override and says so)."""
+    window = "02:15-00:00"
+    inside = not (dt.time(0, 0) <= now.time() < dt.time(2, 15))
+    return window, inside
+
+
+def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
+    import dagster as dg
+
+    from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+    from backfill_assets.example.seed import build_history, land_days
+    from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.lib.planning.markdown import render_markdown
+    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.service.executor import execute_plan
+    from backfill_assets.service.planner import plan_backfill
+    from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.status import plan_status, render_status
+    from backfill_assets.service.swap import refresh_downstream, release_backup
+
+    if days < 100:
+        say("refused: the demo needs --days >= 100 (a 90-day backfill plus recent days)")
+        return 2
+    wh_path = Path(os.environ["BACKFILL_ASSETS_WAREHOUSE"])
+    wh_path.parent.mkdir(parents=True, exist_ok=True)
+    for p in (wh_path, Path(f"{wh_path}.wal")):
+        p.unlink(missing_ok=True)
+    instance = dg.DagsterInstance.get()
+    instance.wipe()
+    wh = DuckDBWarehouse(wh_path)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    now = dt.datetime.now(dt.UTC)
+    yesterday = now.date() - dt.timedelta(days=1)
+    first = yesterday - dt.timedelta(days=days - 1)
+    say(SECTION)
+    say(f"backfill_assets demo — warehouse {wh_path}, DAGSTER_HOME {os.environ['DAGSTER_HOME']}")
+    say("(demo state was reset; run output goes to dagster_home/logs/backfill-assets-cli.log)")
+    say(SECTION)
+
+    t0 = time.perf_counter()
+    with _runs_output_to_log():
+        land_days(defs, instance, first, yesterday, rows_per_day)
+        build_history(defs, instance, first, yesterday, logic_version="1")
+    rows = wh.query("select count(*) from orders_daily")[0][0]
+    say(
+        f"[history] {days} days {first}..{yesterday} landed and built with logic v1 "
+        f"(the FX bug): {rows:,} rows in orders_daily, dbt marts built "
+        f"({time.perf_counter() - t0:.1f}s)"
+    )
+
+    window, inside = _window_for(now)
+    ignore_window = not inside
+    clock = lambda: dt.datetime.now(dt.UTC)  # noqa: E731
+
+    def plan_and_approve(start: dt.date, end: dt.date) -> Any:
+        req = PlanRequest(
+            "orders_daily", start.isoformat(), end.isoformat(), window, "UTC", "backup"
+        )
+        plan = plan_backfill(
+            req, defs=defs, tables=BACKFILLABLE_TABLES, instance=instance, warehouse=wh, now=now
+        )
+        out = wh_path.parent / f"plan_{plan.plan_id}"
+        Path(f"{out}.json").write_text(plan.to_json() + "\n")
+        Path(f"{out}.md").write_text(render_markdown(plan) + "\n")
+        approve_plan(instance, plan, "demo")
+        say(
+            f"[plan] {plan.plan_id}: {plan.start}..{plan.end}, {len(plan.partitions)} partitions"
+            f", {len(plan.batches)} weekly batches in window {window} UTC (daily run "
+            f"{plan.contention.daily_slot_start}-{plan.contention.daily_slot_end} excluded); "
+            f"impact: {', '.join(i.asset_key for i in plan.impact)}; written to {out}.json/.md"
+        )
+        say(f"[approve] {plan.plan_id} approved")
+        return plan
+
+    def progress(report: Any, total: int) -> None:
+        say(
+            f"  batch {report.index:>2}/{total} {report.start}..{report.end}: {report.status}"
+            + (f" ({report.seconds:.1f}s)" if report.seconds else "")
+        )
+
+    def run(plan: Any) -> None:
+        if ignore_window:
+            say(
+                f"  (now {now:%H:%M} UTC is outside the window: the demo uses the operator "
+                "override --ignore-window; the daily-run guard still applies)"
+            )
+        with _runs_output_to_log():
+            execute_plan(
+                defs,
+                instance,
+                BACKFILLABLE_TABLES,
+                plan.plan_id,
+                clock=clock,
+                ignore_window=ignore_window,
+                progress=progress,
+                log_level=QUIET,
+            )
+
+    spec = table.spec
+    status = 0
+    if scenario in ("story", "all"):
+        say(SECTION)
+        say("STORY: fix the FX bug in 90 days of history")
+        s_start, s_end = yesterday - dt.timedelta(days=95), yesterday - dt.timedelta(days=6)
+        wrong_before = _wrong_fx_rows(wh, s_start, s_end)
+        rev_before = _revenue(wh, s_start, s_end)
+        plan = plan_and_approve(s_start, s_end)
+        t = time.perf_counter()
+        run(plan)
+        say(f"[run] every batch passed its gates ({time.perf_counter() - t:.1f}s)")
+        result = _swap(defs, instance, plan, "swap")
+        if not result.success:
+            say("[swap] FAILED — see the log")
+            return 1
+        say(
+            f"[swap] {len(plan.partitions)} partitions moved into orders_daily atomically "
+            "(old weeks kept as backup)"
+        )
+        with _runs_output_to_log():
+            refreshed = refresh_downstream(defs, instance, plan, log_level=QUIET)
+        for req, ok in refreshed:
+            rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
+            say(f"[refresh] {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
+        wrong_after = _wrong_fx_rows(wh, s_start, s_end)
+        rev_after = _revenue(wh, s_start, s_end)
+        say(
+            f"[before/after] orders with a wrong FX rate: {wrong_before:,} -> {wrong_after:,}; "
+            f"fct_daily_revenue net USD: {rev_before:,.2f} -> {rev_after:,.2f} "
+            f"({rev_after - rev_before:+,.2f})"
+        )
+        if wrong_after:
+            status = 1
+        with _runs_output_to_log():
+            release_backup(instance, table, wh, plan.plan_id)
+        say(f"[release] backup of {plan.plan_id} released (the target is free for a new plan)")
+
+    if scenario in ("corruption", "all"):
+        say(SECTION)
+        say("CORRUPTION: a source day is restated under a running backfill")
+        # Older history than the story's range: still built by v1, so the swap changes it.
+        c_start = first + dt.timedelta(days=2)
+        c_end = c_start + dt.timedelta(days=17)
+        plan = plan_and_approve(c_start, c_end)
+        bad_day = plan.batches[1].start + dt.timedelta(days=1)
+        wh.execute(
+            "update raw_orders set amount = amount + 1 where order_date = $d and order_id % 40 = 0",
+            {"d": bad_day},
+        )
+        say(
+            f"[plant] raw_orders for {bad_day} restated: 1 in 40 orders' amount changed "
+            f"(gross_amount is declared unchanged)"
+        )
+        before = _checksum(wh, spec, plan.start, plan.end)
+        try:
+            run(plan)
+            say("[run] UNEXPECTED: every gate passed")
+            return 1
+        except GateFailed as e:
+            first_line, *rest = str(e).splitlines()
+            say(f"[halted] {first_line}")
+            for line in rest[:4]:
+                say(f"   {line.strip()}")
+        st = plan_status(instance, BACKFILLABLE_TABLES, wh, plan.plan_id)
+        say("[status]\n" + "\n".join("   " + ln for ln in render_status(st).splitlines()))
+        result = _swap(defs, instance, plan, "swap")
+        say(
+            f"[swap] {'REFUSED' if not result.success else 'UNEXPECTEDLY SUCCEEDED'}: "
+            + _refusal(result)
+        )
+        unchanged = _checksum(wh, spec, plan.start, plan.end) == before
+        say(f"[target] checksum of {plan.start}..{plan.end} unchanged: {unchanged}")
+        if not unchanged or result.success:
+            return 1
+        with _runs_output_to_log():
+            land_days(defs, instance, bad_day, bad_day, rows_per_day)
+        say(f"[fix] {bad_day} re-landed from the source of truth; running the plan again")
+        run(plan)
+        result = _swap(defs, instance, plan, "swap")
+        say(f"[swap] {'done' if result.success else 'FAILED'}")
+        swapped = _checksum(wh, spec, plan.start, plan.end)
+        result = _swap(defs, instance, plan, "rollback")
+        restored = _checksum(wh, spec, plan.start, plan.end)
+        say(
+            f"[rollback] {'done' if result.success else 'FAILED'}: checksum {swapped} -> "
+            f"{restored}, equal to the pre-swap checksum: {restored == before}"
+        )
+        if restored != before:
+            status = 1
+
+    say(SECTION)
+    say("Look at it in the Dagster UI: `make dev`, then http://127.0.0.1:3000")
+    say("  lineage: /asset-groups   gates: /assets/orders_daily__shadow?view=checks")
+    say("  plans:   /assets/backfill_plans (Markdown in each partition's metadata)   runs: /runs")
+    return status
+
+
+def _refusal(result: Any) -> str:
+    from backfill_assets.cli import _run_error
+
+    return _run_error(result) or "see the run in the UI"
+
+
+if __name__ == "__main__":
+    sys.exit(run_demo(120, 20_000, "all"))

@@ -1,0 +1,63 @@
+"""Gather the planner's read-only inputs (definitions, warehouse stats, run history) and plan."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+
+import dagster as dg
+
+from backfill_assets.errors import BackfillError, WarehouseError
+from backfill_assets.lib.dates import parse_day
+from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
+from backfill_assets.lib.planning.impact import downstream_impact
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.history import batch_rates, daily_run_durations
+from backfill_assets.table import BackfillableTable
+
+
+def plan_backfill(
+    request: PlanRequest,
+    *,
+    defs: dg.Definitions,
+    tables: Mapping[str, BackfillableTable],
+    instance: dg.DagsterInstance,
+    warehouse: DuckDBWarehouse,
+    now: dt.datetime,
+) -> BackfillPlan:
+    """Build a plan; raises PlanRefused (or InvalidInput) and writes nothing."""
+    graph = defs.resolve_asset_graph()
+    known = frozenset(k.to_user_string() for k in graph.get_all_asset_keys())
+    table = tables.get(request.target)
+    impact: tuple = ()
+    rows: dict[dt.date, int] = {}
+    spr = overhead = None
+    daily: tuple[float, ...] = ()
+    if table is not None:
+        try:
+            start, end = parse_day(request.start, "start"), parse_day(request.end, "end")
+        except BackfillError:
+            start = end = None  # build_plan refuses with the precise message
+        if start and end and start <= end:
+            days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+            if table.partitions_def.start.date() <= start:
+                impact = downstream_impact(graph, table.key, days, exclude=[table.shadow_key])
+            try:
+                rows = warehouse.partition_stats(table.spec, start, end + dt.timedelta(days=1)).rows
+            except WarehouseError:
+                rows = {}  # no warehouse yet: the planner falls back to its documented default
+        rates = batch_rates(instance, table.key)
+        spr, overhead = rates.seconds_per_row, rates.overhead_seconds
+        daily = daily_run_durations(instance, table.daily_job)
+    inputs = PlanInputs(
+        targets={k: t.target_info() for k, t in tables.items()},
+        known_assets=known,
+        impact=impact,
+        partition_rows=rows,
+        seconds_per_row=spr,
+        batch_overhead_seconds=overhead,
+        daily_durations_seconds=daily,
+        now=now,
+    )
+    return build_plan(request, inputs)

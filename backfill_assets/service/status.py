@@ -1,0 +1,106 @@
+"""Where a plan stands, from the instance (batches, runs, gates) and the warehouse (swap)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG
+from backfill_assets.errors import WarehouseError
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.gating import FAILED, NOT_RUN, PASSED, STALE, gate_states
+from backfill_assets.service.guards import daily_runs_in_progress
+from backfill_assets.service.plans import load_plan
+from backfill_assets.table import BackfillableTable
+
+
+def plan_status(
+    instance: dg.DagsterInstance,
+    tables: Mapping[str, BackfillableTable],
+    wh: DuckDBWarehouse | None,
+    plan_id: str,
+) -> dict[str, Any]:
+    plan, status = load_plan(instance, plan_id)
+    states = gate_states(instance, plan.shadow, plan.partitions)
+    by_partition: dict[str, list[str]] = {}
+    for s in states:
+        by_partition.setdefault(s.partition, []).append(s.state)
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}), limit=500)
+    latest_run: dict[str, dg.DagsterRun] = {}
+    for r in runs:  # newest first
+        b = r.tags.get(BATCH_TAG)
+        if b and b not in latest_run:
+            latest_run[b] = r
+    batches = []
+    for b in plan.batches:
+        counts = Counter(st for pk in b.partitions for st in by_partition.get(pk, []))
+        run = latest_run.get(str(b.index))
+        if counts.get(PASSED, 0) == len(b.partitions) * len(b.gates):
+            state = "passed"
+        elif counts.get(FAILED):
+            state = "failed"
+        elif run is not None and run.status in (
+            dg.DagsterRunStatus.STARTED,
+            dg.DagsterRunStatus.QUEUED,
+            dg.DagsterRunStatus.STARTING,
+        ):
+            state = run.status.value.lower()
+        elif counts.get(STALE):
+            state = "stale"
+        else:
+            state = "pending"
+        batches.append(
+            {
+                "index": b.index,
+                "start": b.start.isoformat(),
+                "end": b.end.isoformat(),
+                "state": state,
+                "gates": dict(counts),
+                "run_id": run.run_id if run else None,
+                "slot_start": b.slot.start.isoformat(),
+            }
+        )
+    swap_state: str | None
+    try:
+        swap_state = wh.swap_state(tables[plan.target].spec, plan_id) if wh else None
+    except WarehouseError as e:
+        swap_state = f"unknown ({e})"
+    failed = [s for s in states if s.state == FAILED]
+    return {
+        "plan_id": plan_id,
+        "target": plan.target,
+        "range": f"{plan.start}..{plan.end}",
+        "status": status,
+        "batches_passed": sum(b["state"] == "passed" for b in batches),
+        "batches_total": len(batches),
+        "halted": bool(failed),
+        "failed_gates": [f"{s.partition} {s.gate}" for s in failed][:50],
+        "not_run": sum(s.state == NOT_RUN for s in states),
+        "swap_state": swap_state,
+        "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, plan.target)],
+        "batches": batches,
+    }
+
+
+def render_status(s: dict[str, Any]) -> str:
+    lines = [
+        f"plan {s['plan_id']} ({s['target']} {s['range']}): {s['status']}"
+        + (" — HALTED" if s["halted"] else ""),
+        f"batches passed: {s['batches_passed']}/{s['batches_total']}; swap: "
+        f"{s['swap_state'] or 'not swapped'}",
+    ]
+    if s["daily_runs_in_progress"]:
+        busy = ", ".join(r[:8] for r in s["daily_runs_in_progress"])
+        lines.append(f"daily run in progress: {busy} (batches wait for it)")
+    for b in s["batches"]:
+        gates = ", ".join(f"{k} {v}" for k, v in sorted(b["gates"].items())) or "no gate results"
+        run = f" run {b['run_id'][:8]}" if b["run_id"] else ""
+        lines.append(
+            f"  batch {b['index']:>2} {b['start']}..{b['end']}  {b['state']:<8} [{gates}]{run}"
+        )
+    if s["failed_gates"]:
+        lines.append("failed: " + "; ".join(s["failed_gates"][:10]))
+    return "\n".join(lines)
