@@ -104,7 +104,12 @@ def cmd_plan(a: argparse.Namespace) -> int:
         criteria=criteria,
     )
     plan = plan_backfill(
-        request, defs=defs, tables=tables, instance=instance, warehouse=wh, now=_now()
+        request,
+        asset_graph=defs.resolve_asset_graph(),
+        tables=tables,
+        instance=instance,
+        warehouse=wh,
+        now=_now(),
     )
     text = plan.to_json() if a.format == "json" else render_markdown(plan)
     if a.out:

@@ -135,7 +135,12 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             "orders_daily", start.isoformat(), end.isoformat(), window, "UTC", "backup"
         )
         plan = plan_backfill(
-            req, defs=defs, tables=BACKFILLABLE_TABLES, instance=instance, warehouse=wh, now=now
+            req,
+            asset_graph=defs.resolve_asset_graph(),
+            tables=BACKFILLABLE_TABLES,
+            instance=instance,
+            warehouse=wh,
+            now=now,
         )
         out = wh_path.parent / f"plan_{plan.plan_id}"
         Path(f"{out}.json").write_text(plan.to_json() + "\n")

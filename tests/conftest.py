@@ -59,9 +59,57 @@ def landed(defs, instance, wh) -> DuckDBWarehouse:
 
 
 @pytest.fixture
-def history(defs, instance, landed) -> DuckDBWarehouse:
-    """orders_daily (and its marts) built for the window by the buggy v1 logic."""
+def history(landed) -> DuckDBWarehouse:
+    """orders_daily built for the window by the buggy v1 logic (warehouse write, no dbt)."""
+    from backfill_assets.example.declaration import ORDERS
+
+    landed.replace_partitions(
+        ORDERS.spec,
+        HISTORY_START,
+        HISTORY_END + dt.timedelta(days=1),
+        build_sql=ORDERS.build_sql("1"),
+    )
+    return landed
+
+
+@pytest.fixture
+def history_with_marts(defs, instance, landed) -> DuckDBWarehouse:
+    """orders_daily and its dbt marts built for the window by the daily job with logic v1."""
     from backfill_assets.example.seed import build_history
 
     build_history(defs, instance, HISTORY_START, HISTORY_END, logic_version="1")
     return landed
+
+
+# Planning and execution happen at a fixed "now", inside this window and clear of the daily run.
+NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
+WINDOW = "02:00-23:00"
+
+
+def make_plan(defs, instance, wh, start: str, end: str, approve: bool = True, **kw):
+    """Plan (and approve) a backfill of orders_daily with the project's real planner."""
+    from backfill_assets.definitions import BACKFILLABLE_TABLES
+    from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.planner import plan_backfill
+    from backfill_assets.service.plans import approve_plan
+
+    request = PlanRequest(
+        "orders_daily",
+        start,
+        end,
+        kw.pop("window", WINDOW),
+        kw.pop("timezone", "UTC"),
+        kw.pop("rollback", "backup"),
+        kw.pop("criteria", None),
+    )
+    plan = plan_backfill(
+        request,
+        asset_graph=defs.resolve_asset_graph(),
+        tables=BACKFILLABLE_TABLES,
+        instance=instance,
+        warehouse=wh,
+        now=kw.pop("now", NOW),
+    )
+    if approve:
+        approve_plan(instance, plan, "tests")
+    return plan

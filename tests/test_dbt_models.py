@@ -5,10 +5,12 @@ import dagster as dg
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY
 
 
-def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, history):
+def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, history_with_marts):
     days = (HISTORY_END - HISTORY_START).days + 1
-    assert history.query("select sum(orders) from fct_daily_revenue") == [(days * ROWS_PER_DAY,)]
-    assert history.query("select count(*) from dim_customers")[0][0] > 0
+    assert history_with_marts.query("select sum(orders) from fct_daily_revenue") == [
+        (days * ROWS_PER_DAY,)
+    ]
+    assert history_with_marts.query("select count(*) from dim_customers")[0][0] > 0
     for model in ("stg_orders", "fct_daily_revenue", "dim_customers"):
         assert instance.get_latest_materialization_event(dg.AssetKey(model)) is not None
     # dagster-dbt records each dbt test as an asset check; every one of them passed.
@@ -22,12 +24,12 @@ def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, histor
     assert failed == []
 
 
-def test_weekly_model_builds_one_iso_week_from_the_daily_model(defs, instance, history):
+def test_weekly_model_builds_one_iso_week_from_the_daily_model(defs, instance, history_with_marts):
     from backfill_assets.service.runs import run_job
 
     result = run_job(defs, "orders_weekly_marts_job", instance, partition_key="2026-01-05")
     assert result.success
-    rows = history.query(
+    rows = history_with_marts.query(
         "select week_start, sum(orders) from fct_weekly_revenue group by all order by 1"
     )
     assert [str(r[0]) for r in rows] == ["2026-01-05"]

@@ -1,8 +1,6 @@
 """Control-plane definitions shared by every backfillable table: the plans asset, and (as they
 land) the planning, approval, batch, swap and rollback jobs."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -24,5 +22,7 @@ plans_spec = dg.AssetSpec(
 )
 
 
-def control_definitions(tables: Mapping[str, BackfillableTable]) -> dg.Definitions:
-    return dg.Definitions(assets=[plans_spec])
+def control_definitions(tables: Mapping[str, "BackfillableTable"]) -> dg.Definitions:
+    from backfill_assets.defs.planning_jobs import planning_definitions
+
+    return dg.Definitions.merge(dg.Definitions(assets=[plans_spec]), planning_definitions(tables))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -20,14 +21,17 @@ from backfill_assets.table import BackfillableTable
 def plan_backfill(
     request: PlanRequest,
     *,
-    defs: dg.Definitions,
+    asset_graph: Any,
     tables: Mapping[str, BackfillableTable],
     instance: dg.DagsterInstance,
     warehouse: DuckDBWarehouse,
     now: dt.datetime,
 ) -> BackfillPlan:
-    """Build a plan; raises PlanRefused (or InvalidInput) and writes nothing."""
-    graph = defs.resolve_asset_graph()
+    """Build a plan; raises PlanRefused (or InvalidInput) and writes nothing.
+
+    `asset_graph` is `Definitions.resolve_asset_graph()` (or a run's `repository_def.asset_graph`).
+    """
+    graph = asset_graph
     known = frozenset(k.to_user_string() for k in graph.get_all_asset_keys())
     table = tables.get(request.target)
     impact: tuple = ()

@@ -22,6 +22,7 @@ PLAN_KEY = dg.AssetKey(PLANS_ASSET)
 
 # Plan lifecycle. A plan is "active" (it holds its target) until swapped-and-released, rolled
 # back or abandoned; only one active plan per target at a time.
+PROPOSED = "proposed"
 APPROVED = "approved"
 SWAPPED = "swapped"
 ROLLED_BACK = "rolled_back"
@@ -45,15 +46,22 @@ def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, 
     return {k: v.value for k, v in mat.metadata.items()}
 
 
-def load_plan(instance: dg.DagsterInstance, plan_id: str) -> tuple[BackfillPlan, str]:
-    """The approved plan and its status; ExecutionRefused if it was never approved."""
+def load_plan(
+    instance: dg.DagsterInstance, plan_id: str, allow_proposed: bool = False
+) -> tuple[BackfillPlan, str]:
+    """The stored plan and its status; ExecutionRefused if it was never approved."""
     rec = latest_plan_record(instance, plan_id)
-    if rec is None or not isinstance(rec.get("plan"), dict):
+    status = str(rec.get("status", APPROVED)) if rec else None
+    if (
+        rec is None
+        or not isinstance(rec.get("plan"), dict)
+        or (status == PROPOSED and not allow_proposed)
+    ):
         raise ExecutionRefused(
-            f"plan {plan_id} is not approved in this Dagster instance; run "
-            f"`backfill-assets approve PLAN.json` first"
+            f"plan {plan_id} is not approved in this Dagster instance; approve it first "
+            "(`backfill-assets approve PLAN.json`, or approve_backfill_job in the UI)"
         )
-    return BackfillPlan.from_dict(rec["plan"]), str(rec.get("status", APPROVED))
+    return BackfillPlan.from_dict(rec["plan"]), str(status)
 
 
 def plan_criteria(instance: dg.DagsterInstance, plan_id: str) -> Criteria | None:
@@ -108,7 +116,7 @@ def approve_plan(instance: dg.DagsterInstance, plan: BackfillPlan, approved_by: 
                 f"plan {pid} for {target} is still {status}; swap and release it, roll it back, "
                 f"or abandon it (`backfill-assets abandon {pid}`) before approving another"
             )
-    if plan.plan_id in existing:
+    if plan.plan_id in existing and existing[plan.plan_id][1] != PROPOSED:
         raise ExecutionRefused(
             f"plan {plan.plan_id} was already {existing[plan.plan_id][1]}; plan again with a "
             "different range or criteria to backfill this range once more"
@@ -116,3 +124,15 @@ def approve_plan(instance: dg.DagsterInstance, plan: BackfillPlan, approved_by: 
     instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
     record_status(instance, plan, APPROVED, approved_by=approved_by)
     return APPROVED
+
+
+def propose_plan(instance: dg.DagsterInstance, plan: BackfillPlan) -> str:
+    """Record a plan for review (the UI's planning job). Launches nothing; never downgrades a
+    plan that was already approved or further along."""
+    verify_integrity(plan)
+    existing = plan_statuses(instance)
+    if plan.plan_id in existing and existing[plan.plan_id][1] != PROPOSED:
+        return existing[plan.plan_id][1]
+    instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
+    record_status(instance, plan, PROPOSED)
+    return PROPOSED

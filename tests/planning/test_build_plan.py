@@ -11,7 +11,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -681,10 +680,8 @@ def test_verify_integrity_catches_a_range_or_window_edited_without_a_new_plan_id
         verify_integrity(_edited(plan, window=widened))
 
 
-def test_a_five_year_plan_is_built_well_within_interactive_time() -> None:
-    started = time.perf_counter()
+def test_a_five_year_plan_has_one_batch_per_iso_week() -> None:
+    # Planning speed is measured in bench/ (make bench), not asserted here.
     plan = build_plan(request(start="2021-01-01", end="2025-12-31"), inputs())
-    elapsed = time.perf_counter() - started
     assert len(plan.partitions) == 1826
     assert len(plan.batches) == 262
-    assert elapsed < 0.5, f"planning 5 years took {elapsed:.3f} s"

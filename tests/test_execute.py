@@ -1,0 +1,302 @@
+"""Executing a plan: shadow writes, per-batch gates, atomic swap with backup, rollback, refresh.
+
+Real Dagster instance, real runs, a real DuckDB file, real dbt for the refresh.
+"""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from backfill_assets.constants import GATE_NAMES, PLAN_ID_TAG
+from backfill_assets.definitions import BACKFILLABLE_TABLES
+from backfill_assets.errors import GateFailed, SwapRefused
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.service.executor import batch_done, execute_plan, shadow_job_name
+from backfill_assets.service.runs import run_job
+from backfill_assets.service.swap import perform_swap, refresh_downstream
+from tests.conftest import HISTORY_END, HISTORY_START, NOW, make_plan
+
+SPEC = ORDERS.spec
+# 2026-01-03..2026-01-17: batch 1 = Sat-Sun of ISO week 1, batch 2 = week 2, batch 3 = week 3.
+START, END = dt.date(2026, 1, 3), dt.date(2026, 1, 17)
+BAD_DAY = dt.date(2026, 1, 7)  # in batch 2
+
+
+def _execute(defs, instance, plan, **kw):
+    return execute_plan(defs, instance, BACKFILLABLE_TABLES, plan.plan_id, clock=lambda: NOW, **kw)
+
+
+def _swap_job(defs, instance, plan_id, kind="swap"):
+    return run_job(
+        defs,
+        f"orders_daily__{kind}_job",
+        instance,
+        raise_on_error=False,
+        run_config={"ops": {f"orders_daily__{kind}": {"config": {"plan_id": plan_id}}}},
+    )
+
+
+def _checksums(wh):
+    return wh.checksums(SPEC, HISTORY_START, HISTORY_END + dt.timedelta(days=1))
+
+
+def _wrong_fx(wh):
+    return wh.query(
+        "select count(*) from orders_daily o join fx_rates r on r.currency = o.currency "
+        "where o.fx_rate <> r.rate_to_usd::decimal(12, 6) and o.order_date between $s and $e",
+        {"s": START, "e": END},
+    )[0][0]
+
+
+def _refused_message(result) -> str:
+    from backfill_assets.cli import _run_error
+
+    return _run_error(result) or ""
+
+
+def test_whole_story_plan_batches_gates_swap_refresh_then_rollback_restores_checksum(
+    defs, instance, history_with_marts
+):
+    wh = history_with_marts
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    assert [b.index for b in plan.batches] == [1, 2, 3]
+    before = _checksums(wh)
+    assert _wrong_fx(wh) > 0
+
+    reports = _execute(defs, instance, plan)
+    assert [r.status for r in reports] == ["passed"] * 3
+    assert _checksums(wh) == before  # batches write the shadow only
+
+    swap = _swap_job(defs, instance, plan.plan_id)
+    assert swap.success
+    after = _checksums(wh)
+    changed = {d for d in before if before[d] != after[d]}
+    assert changed and all(START <= d <= END for d in changed)
+    assert _wrong_fx(wh) == 0
+    # The swap run recorded one materialization of the target per partition, with checksums.
+    mats = [e for e in swap.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    assert len(mats) == len(plan.partitions)
+    meta = mats[0].event_specific_data.materialization.metadata  # type: ignore[union-attr]
+    assert {"rows_in", "rows_out", "checksum_in", "checksum_out"} <= set(meta)
+
+    results = refresh_downstream(defs, instance, plan)
+    assert all(ok for _, ok in results)
+    refreshed = {k for req, _ in results for k in req.asset_keys}
+    assert refreshed == {"fct_daily_revenue", "fct_weekly_revenue", "stg_orders", "dim_customers"}
+    # The marts now carry the corrected revenue.
+    expected = wh.query(
+        "select sum(net_revenue_usd) from orders_daily where not is_cancelled and "
+        "order_date between $s and $e",
+        {"s": START, "e": END},
+    )[0][0]
+    assert (
+        wh.query(
+            "select sum(net_revenue_usd) from fct_daily_revenue where order_date between $s and $e",
+            {"s": START, "e": END},
+        )[0][0]
+        == expected
+    )
+
+    rollback = _swap_job(defs, instance, plan.plan_id, "rollback")
+    assert rollback.success
+    assert _checksums(wh) == before
+
+
+def test_gates_are_recorded_per_partition_with_readable_metadata(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan, max_batches=2)
+    keys = [dg.AssetCheckKey(dg.AssetKey(plan.shadow), g) for g in GATE_NAMES]
+    infos = instance.event_log_storage.get_asset_check_partition_info(keys)
+    recorded = {(i.check_key.name, i.partition_key) for i in infos if i.partition_key}
+    expected = {(g, pk) for g in GATE_NAMES for b in plan.batches[:2] for pk in b.partitions}
+    assert recorded == expected
+    run = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=1)[0]
+    evaluations = [
+        e.dagster_event.event_specific_data
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+        if e.dagster_event
+    ]
+    sample = [
+        v
+        for v in evaluations
+        if isinstance(v, dg.AssetCheckEvaluation) and v.check_name == "sample_gate" and v.partition
+    ]
+    assert len(sample) == 7  # one per partition of the week
+    assert {"sampled_rows", "mismatch_rate", "fingerprint_equal"} <= set(sample[0].metadata)
+
+
+CORRUPTIONS = {
+    # name: (SQL planted into the source of BAD_DAY, the gate that must catch it)
+    "missing_row": (
+        "delete from raw_orders where order_id = (select min(order_id) from raw_orders "
+        "where order_date = $d)",
+        "row_count_gate",
+    ),
+    "duplicated_key": (
+        "insert into raw_orders select * from raw_orders where order_date = $d "
+        "order by order_id limit 1",
+        "row_count_gate",
+    ),
+    "changed_unchanged_column": (
+        "update raw_orders set amount = amount + 1 where order_date = $d and order_id % 10 = 0",
+        "sample_gate",
+    ),
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+def test_a_planted_corruption_fails_its_gate_halts_the_plan_and_the_swap_refuses(
+    defs, instance, history, corruption
+):
+    sql, gate = CORRUPTIONS[corruption]
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    history.execute(sql, {"d": BAD_DAY})
+    before = _checksums(history)
+
+    with pytest.raises(GateFailed) as failed:
+        _execute(defs, instance, plan)
+    assert f"{BAD_DAY} {gate}" in str(failed.value)
+    assert "halted at batch 2" in str(failed.value)
+    # Batch 3 never started.
+    batch_runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))
+    assert sorted(r.tags["backfill_assets/batch"] for r in batch_runs) == ["1", "2"]
+
+    swap = _swap_job(defs, instance, plan.plan_id)
+    assert not swap.success
+    assert "cannot be swapped" in _refused_message(swap)
+    assert f"{BAD_DAY} {gate} failed" in _refused_message(swap)
+    assert _checksums(history) == before
+
+
+def test_a_failed_sample_gate_shows_the_mismatching_rows(defs, instance, history):
+    sql, _ = CORRUPTIONS["changed_unchanged_column"]
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    history.execute(sql, {"d": BAD_DAY})
+    with pytest.raises(GateFailed):
+        _execute(defs, instance, plan)
+    info = instance.event_log_storage.get_latest_asset_check_execution_by_key(
+        [dg.AssetCheckKey(dg.AssetKey(plan.shadow), "sample_gate")],
+        partition_filter=None,
+    )
+    assert info  # the check ran
+    from backfill_assets.service.executor import run_failures
+
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=1)
+    failure = next(f for f in run_failures(instance, runs[0].run_id) if f.gate == "sample_gate")
+    assert failure.metadata["mismatch_rate"] > 0
+    assert "gross_amount" in failure.metadata["mismatching_rows"]  # a Markdown table of rows
+
+
+def test_re_running_a_halted_plan_after_the_fix_redoes_only_what_did_not_pass(
+    defs, instance, history
+):
+    from backfill_assets.example.seed import land_days
+
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    history.execute(CORRUPTIONS["changed_unchanged_column"][0], {"d": BAD_DAY})
+    with pytest.raises(GateFailed):
+        _execute(defs, instance, plan)
+    land_days(defs, instance, BAD_DAY, BAD_DAY, 300)  # the fix: the source day re-landed
+    reports = _execute(defs, instance, plan)
+    assert [r.status for r in reports] == ["skipped (already passed)", "passed", "passed"]
+    assert _swap_job(defs, instance, plan.plan_id).success
+
+
+def test_swap_refuses_when_one_partition_was_never_checked(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan, max_batches=2)
+    before = _checksums(history)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    with pytest.raises(SwapRefused, match=r"2026-01-12 row_count_gate not run"):
+        perform_swap(instance, table, history, plan.plan_id)
+    assert _checksums(history) == before
+
+
+def test_swap_refuses_when_a_partition_was_rewritten_after_its_check(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    # A write of the shadow recorded after its gates (e.g. by an external process).
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=plan.shadow, partition="2026-01-08")
+    )
+    before = _checksums(history)
+    with pytest.raises(SwapRefused, match=r"2026-01-08 \w+_gate stale"):
+        perform_swap(instance, table, history, plan.plan_id)
+    assert _checksums(history) == before
+
+
+def test_swap_refuses_shadow_rewritten_by_a_run_outside_the_plan(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan)
+    # A hand-launched run of the shadow job without the plan's tag re-writes one day; its own
+    # gates pass, but the shadow of that day no longer belongs to the plan.
+    assert run_job(
+        defs, shadow_job_name("orders_daily"), instance, partition_key="2026-01-08"
+    ).success
+    before = _checksums(history)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    with pytest.raises(SwapRefused, match="was not built by plan"):
+        perform_swap(instance, table, history, plan.plan_id)
+    assert _checksums(history) == before
+
+
+def test_swap_refuses_when_the_daily_run_wrote_a_partition_after_its_shadow(
+    defs, instance, history
+):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan)
+    day = dt.date(2026, 1, 16)
+    history.replace_partitions(SPEC, day, day + dt.timedelta(days=1))  # the daily job's write
+    before = _checksums(history)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    with pytest.raises(SwapRefused, match="written after its shadow was built for 2026-01-16"):
+        perform_swap(instance, table, history, plan.plan_id)
+    assert _checksums(history) == before
+
+
+def test_re_running_a_batch_is_idempotent(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan, max_batches=1)
+    batch = plan.batches[0]
+    first = history.checksums(SPEC, batch.start, batch.end_exclusive, shadow=True)
+    from backfill_assets.service.executor import batch_tags
+
+    assert run_job(
+        defs,
+        shadow_job_name("orders_daily"),
+        instance,
+        start=batch.start,
+        end_inclusive=batch.end,
+        tags=batch_tags(plan, batch),
+    ).success
+    assert history.checksums(SPEC, batch.start, batch.end_exclusive, shadow=True) == first
+    assert batch_done(instance, plan, batch)
+
+
+def test_swap_and_rollback_are_idempotent(defs, instance, history):
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    assert perform_swap(instance, table, history, plan.plan_id).action == "swapped"
+    after = _checksums(history)
+    assert perform_swap(instance, table, history, plan.plan_id).action == "already_swapped"
+    assert _checksums(history) == after
+    assert _swap_job(defs, instance, plan.plan_id, "rollback").success
+    assert _swap_job(defs, instance, plan.plan_id, "rollback").success  # a no-op the 2nd time
+
+
+def test_backups_are_kept_until_released_and_then_rollback_refuses(defs, instance, history):
+    from backfill_assets.service.swap import perform_rollback, release_backup
+
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    _execute(defs, instance, plan)
+    table = BACKFILLABLE_TABLES["orders_daily"]
+    perform_swap(instance, table, history, plan.plan_id)
+    backups = "select count(*) from duckdb_tables() where table_name like '%backup%'"
+    assert history.query(backups) == [(3,)]
+    assert release_backup(instance, table, history, plan.plan_id) == 3
+    assert history.query(backups) == [(0,)]
+    with pytest.raises(SwapRefused, match="released"):
+        perform_rollback(instance, table, history, plan.plan_id)
