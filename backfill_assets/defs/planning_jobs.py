@@ -34,6 +34,17 @@ class ApproveConfig(dg.Config):
     approved_by: str = "dagster-ui"
 
 
+def _asset_graph(context: dg.OpExecutionContext):
+    """The code location's asset graph. A run launched by the webserver or daemon has its
+    repository; an in-process run (`execute_in_process`) does not, so load the project's."""
+    try:
+        return context.repository_def.asset_graph
+    except Exception:  # Dagster raises a CheckError (no public type) when it has none
+        from backfill_assets.definitions import defs
+
+        return defs.resolve_asset_graph()
+
+
 def planning_definitions(tables: Mapping[str, object]) -> dg.Definitions:
     @dg.op(
         description="Build a backfill plan (no side effects on the warehouse) and record it "
@@ -58,7 +69,7 @@ def planning_definitions(tables: Mapping[str, object]) -> dg.Definitions:
         )
         plan = plan_backfill(
             request,
-            asset_graph=context.repository_def.asset_graph,
+            asset_graph=_asset_graph(context),
             tables=tables,  # type: ignore[arg-type]
             instance=context.instance,
             warehouse=warehouse.adapter(),
