@@ -1,0 +1,176 @@
+"""The DuckDB adapter on its own: identifiers, bad paths, partial-week swaps, rollback."""
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+
+from backfill_assets.errors import InvalidInput, WarehouseError
+from backfill_assets.example import orders as o
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.spec import Column, TableSpec
+from backfill_assets.lib.warehouse.duckdb_adapter import (
+    DuckDBWarehouse,
+    load_plain_partitions,
+    replace_table,
+)
+from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_predicate
+
+SPEC = ORDERS.spec
+D = dt.date
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> DuckDBWarehouse:
+    """Source for 2026-01-01..2026-01-31 and v1 history of orders_daily (no Dagster)."""
+    wh = DuckDBWarehouse(tmp_path / "wh.duckdb", lock_timeout_s=2)
+    replace_table(
+        wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    )
+    replace_table(
+        wh, o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")], o.COUNTRIES
+    )
+    load_plain_partitions(
+        wh,
+        o.RAW_ORDERS,
+        o.RAW_ORDER_COLUMNS,
+        "order_date",
+        o.RAW_ORDERS_SQL,
+        D(2026, 1, 1),
+        D(2026, 2, 1),
+        {"n": 100},
+    )
+    wh.replace_partitions(SPEC, D(2026, 1, 1), D(2026, 2, 1), build_sql=ORDERS.build_sql("1"))
+    return wh
+
+
+@pytest.mark.parametrize(
+    "name", ['orders"; drop table x; --', "1abc", "a b", "", "x" * 64, "naïve"]
+)
+def test_unsafe_identifiers_are_refused_with_a_fix(name):
+    with pytest.raises(InvalidInput, match="not a safe identifier"):
+        quote_ident(name)
+
+
+def test_a_table_spec_with_an_unsafe_column_name_is_refused_before_any_sql():
+    with pytest.raises(InvalidInput, match="not a safe identifier"):
+        TableSpec(
+            "t", (Column("ok", "BIGINT"), Column("bad name", "BIGINT")), "ok", ("ok",), "select 1"
+        )
+    with pytest.raises(InvalidInput, match="plain SQL type"):
+        Column("x", "BIGINT); DROP TABLE y; --")
+
+
+@pytest.mark.parametrize(
+    "predicate",
+    [
+        "net_amount >= 0; drop table orders_daily",
+        "net_amount >= 0 -- comment",
+        "(select count(*) from raw_orders) > 0",
+        "raw_orders.amount > 0",
+        "read_csv('x') is not null",
+        '"net_amount" > 0',
+        "'a'';drop table x;' = status",
+    ],
+)
+def test_predicates_are_a_read_only_expression_over_the_row(predicate):
+    with pytest.raises(InvalidInput):
+        validate_predicate(predicate, SPEC.column_names)
+
+
+def test_predicates_over_the_row_are_accepted():
+    for ok in (
+        "net_amount >= 0",
+        "status in ('placed', 'shipped')",
+        "net_revenue_usd = round(net_amount * fx_rate, 2)",
+        "order_id is not null",
+    ):
+        assert validate_predicate(ok, SPEC.column_names) == ok
+
+
+def test_an_unreadable_warehouse_path_gives_a_clear_error_and_creates_nothing(tmp_path):
+    missing_dir = tmp_path / "nope" / "wh.duckdb"
+    with pytest.raises(WarehouseError, match="does not exist; create it"):
+        DuckDBWarehouse(missing_dir).ensure_table(SPEC)
+    assert not missing_dir.parent.exists()
+    with pytest.raises(WarehouseError, match="is a directory"):
+        DuckDBWarehouse(tmp_path).ensure_table(SPEC)
+    garbage = tmp_path / "garbage.duckdb"
+    garbage.write_bytes(b"this is not a duckdb file" * 100)
+    with pytest.raises(WarehouseError, match="cannot open warehouse"):
+        DuckDBWarehouse(garbage).ensure_table(SPEC)
+    assert garbage.read_bytes() == b"this is not a duckdb file" * 100
+    with pytest.raises(WarehouseError, match="does not exist yet"):
+        DuckDBWarehouse(tmp_path / "absent.duckdb").partition_stats(
+            SPEC, D(2026, 1, 1), D(2026, 1, 2)
+        )
+    assert not (tmp_path / "absent.duckdb").exists()
+
+
+def test_a_swap_of_partial_weeks_keeps_the_days_outside_the_plan(seeded):
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    days = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(9)]  # Wed W02 .. Thu W03
+    seeded.replace_partitions(
+        SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True, plan_id="pa"
+    )
+    result = seeded.swap(SPEC, "pa", days)
+    assert result.weeks == 2
+    after = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    assert {d for d in before if before[d] != after[d]} == set(days)
+    assert seeded.query("select count(*) from orders_daily") == [(31 * 100,)]
+
+
+def test_rollback_restores_the_plan_days_and_keeps_later_writes_to_other_days(seeded):
+    start, end = D(2026, 1, 7), D(2026, 1, 16)
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    seeded.replace_partitions(SPEC, start, end, shadow=True, plan_id="pb")
+    seeded.swap(SPEC, "pb", days)
+    # After the swap the daily job rewrites a day of the same (partial) week, outside the plan.
+    later = D(2026, 1, 17)
+    seeded.replace_partitions(SPEC, later, later + dt.timedelta(days=1))
+    rewritten = seeded.checksums(SPEC, later, later + dt.timedelta(days=1))
+    seeded.rollback(SPEC, "pb")
+    now = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    assert {d: now[d] for d in days} == {d: before[d] for d in days}
+    assert now[later] == rewritten[later]
+    assert seeded.query("select count(*) from orders_daily") == [(31 * 100,)]
+
+
+def test_a_swap_into_days_the_target_never_had_and_its_rollback(tmp_path):
+    wh = DuckDBWarehouse(tmp_path / "wh.duckdb")
+    replace_table(
+        wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    )
+    load_plain_partitions(
+        wh,
+        o.RAW_ORDERS,
+        o.RAW_ORDER_COLUMNS,
+        "order_date",
+        o.RAW_ORDERS_SQL,
+        D(2026, 3, 2),
+        D(2026, 3, 9),
+        {"n": 50},
+    )
+    days = [D(2026, 3, 2) + dt.timedelta(days=i) for i in range(7)]  # a missed load
+    wh.replace_partitions(SPEC, days[0], D(2026, 3, 9), shadow=True, plan_id="pc")
+    wh.swap(SPEC, "pc", days)
+    assert wh.query("select count(*) from orders_daily") == [(350,)]
+    wh.rollback(SPEC, "pc")
+    assert wh.query("select count(*) from orders_daily") == [(0,)]
+
+
+def test_a_failure_inside_the_swap_transaction_leaves_the_target_untouched(seeded):
+    days = [D(2026, 1, 5) + dt.timedelta(days=i) for i in range(14)]
+    seeded.replace_partitions(
+        SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True, plan_id="pd"
+    )
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    # The second week's shadow is missing: the swap fails after renaming the first week.
+    seeded.execute('drop table "orders_daily__shadow__w2026w03"')
+    with pytest.raises(Exception, match="shadow week 2026w03"):
+        seeded.swap(SPEC, "pd", days)
+    assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before
+    assert seeded.query(
+        "select count(*) from duckdb_tables() where table_name like '%backup%'"
+    ) == [(0,)]
