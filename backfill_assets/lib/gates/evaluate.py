@@ -28,10 +28,6 @@ class GateOutcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def sample_seed(plan_id: str, day: dt.date) -> str:
-    """The sample is reproducible: seeded by plan and partition."""
-    return f"{plan_id}:{day.isoformat()}"
-
 
 def row_count_outcome(
     criteria: Criteria,
@@ -136,39 +132,36 @@ def evaluate_gates(
     end: dt.date,
     plan_id: str,
 ) -> list[GateOutcome]:
-    """Every gate for every partition of [start, end) of the shadow; a handful of queries."""
+    """Every gate for every partition of [start, end) of the shadow, from one set of reads."""
     assert criteria.row_count is not None and criteria.sample is not None
-    shadow = wh.partition_stats(spec, start, end, shadow=True).rows
-    target = wh.partition_stats(spec, start, end).rows
-    source = wh.source_counts(spec, start, end) if spec.source else {}
-    dups = wh.duplicate_keys(spec, start, end)
-    inv = wh.invariant_violations(
-        spec, start, end, {i.name: i.predicate for i in criteria.invariants}
+    facts = wh.gate_inputs(
+        spec,
+        start,
+        end,
+        plan_id=plan_id,
+        sample_size=criteria.sample.size,
+        unchanged=criteria.sample.unchanged_columns,
+        changed_predicates={
+            c.name: c.must_hold for c in criteria.sample.changed_columns if c.must_hold
+        },
+        invariants={i.name: i.predicate for i in criteria.invariants},
+        full_compare=criteria.sample.full_compare,
     )
-    changed = {c.name: c.must_hold for c in criteria.sample.changed_columns if c.must_hold}
     out: list[GateOutcome] = []
     day = start
     while day < end:
+        source = facts.source_rows.get(day) if facts.source_rows is not None else None
         out.append(
             row_count_outcome(
                 criteria,
                 day,
-                shadow.get(day, 0),
-                source.get(day) if spec.source else None,
-                target.get(day, 0),
-                dups.get(day, 0),
+                facts.shadow_rows[day],
+                source,
+                facts.target_rows[day],
+                facts.duplicates[day],
             )
         )
-        diff = wh.sample_diff(
-            spec,
-            day,
-            size=criteria.sample.size,
-            seed=sample_seed(plan_id, day),
-            unchanged=criteria.sample.unchanged_columns,
-            changed_predicates=changed,
-            full_compare=criteria.sample.full_compare,
-        )
-        out.append(sample_outcome(day, diff, target.get(day, 0)))
-        out.append(invariants_outcome(day, inv.get(day, {})))
+        out.append(sample_outcome(day, facts.samples[day], facts.target_rows[day]))
+        out.append(invariants_outcome(day, facts.invariants[day]))
         day += dt.timedelta(days=1)
     return out
