@@ -19,6 +19,7 @@ from backfill_assets.errors import BackfillError, GateFailed
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 QUIET = "WARNING"
+LOCK_TIMEOUT_ENV = "BACKFILL_ASSETS_LOCK_TIMEOUT_S"
 
 
 def _defaults() -> None:
@@ -53,19 +54,46 @@ def _context() -> tuple[Any, Any, Any, Any]:
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 
     instance = dg.DagsterInstance.get()
-    wh = DuckDBWarehouse(os.environ["BACKFILL_ASSETS_WAREHOUSE"])
+    # How long a command waits for a warehouse another process holds before it refuses. It was
+    # a fixed 30 s with no way to bound it (docs/reliability.md, "file held by another process").
+    timeout = os.environ.get(LOCK_TIMEOUT_ENV, "30")
+    try:
+        lock_timeout_s = float(timeout)
+    except ValueError:
+        raise BackfillError(f"{LOCK_TIMEOUT_ENV}={timeout!r} is not a number of seconds") from None
+    wh = DuckDBWarehouse(os.environ["BACKFILL_ASSETS_WAREHOUSE"], lock_timeout_s=lock_timeout_s)
     return defs, BACKFILLABLE_TABLES, instance, wh
 
 
+def _refuse_outside_partitions(defs: Any, job_name: str, *days: dt.date) -> None:
+    """Refuse days that are not partitions of the job (before the first, or not over yet).
+
+    Without this, Dagster raised a bare error (a traceback, not exit 2; `land` even recorded a
+    failed run), and `land` wrote days in the future as if they had landed.
+    """
+    pdef = defs.resolve_job_def(job_name).partitions_def
+    for day in days:
+        if pdef is not None and not pdef.has_partition_key(day.isoformat()):
+            raise BackfillError(
+                f"{day} is not a partition of {job_name} ({pdef.get_first_partition_key()}.."
+                f"{pdef.get_last_partition_key()}): days before the first partition do not exist "
+                "and days from today on have not happened yet"
+            )
+
+
 def _plan_id_arg(value: str) -> str:
-    """Accept a plan id or a plan file; a file is read for its id only."""
-    from backfill_assets.lib.planning.plan import BackfillPlan
+    """Accept a plan id or a plan file; a file must pass the plan's integrity check."""
+    from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
 
     p = Path(value)
     if p.suffix == ".json" or p.exists():
         if not p.exists():
             raise BackfillError(f"plan file {value} does not exist")
-        return BackfillPlan.from_json(p.read_text()).plan_id
+        plan = BackfillPlan.from_json(p.read_text())
+        # A hand-edited file was read for its id only, so `run edited.json` ran the stored plan
+        # as if the edits did not exist; refuse it as `approve` does.
+        verify_integrity(plan)
+        return plan.plan_id
     return value
 
 
@@ -138,6 +166,9 @@ def cmd_approve(a: argparse.Namespace) -> int:
             f"plan {plan.plan_id} targets {plan.target}, which is not a declared "
             f"backfillable table ({sorted(tables)})"
         )
+    # The plan's criteria reach SQL in the gates; a hand-made plan with a consistent id but an
+    # unsafe predicate was approved and failed only after its batch had written the shadow.
+    plan.criteria.validate(tables[plan.target].spec.column_names)
     status = approve_plan(instance, plan, a.by or os.environ.get("USER", "unknown"))
     print(
         f"plan {plan.plan_id} {status}: {plan.target} {plan.start}..{plan.end}, "
@@ -305,7 +336,12 @@ def cmd_land(a: argparse.Namespace) -> int:
     start, end = parse_day(a.start, "start"), parse_day(a.end, "end")
     if end < start:
         raise BackfillError(f"end {end} is before start {start}")
+    if a.rows_per_day < 1:  # 0 or fewer rows landed empty days and recorded them as landed
+        raise BackfillError(f"--rows-per-day {a.rows_per_day} must be 1 or more")
     defs, _, instance, _ = _context()
+    from backfill_assets.example.seed import LAND_JOB
+
+    _refuse_outside_partitions(defs, LAND_JOB, start, end)
     with _runs_output_to_log():
         land_days(defs, instance, start, end, a.rows_per_day)
     print(f"landed raw_orders {start}..{end} ({a.rows_per_day} orders/day)")
@@ -320,6 +356,7 @@ def cmd_daily(a: argparse.Namespace) -> int:
     day = parse_day(a.day, "partition")
     defs, tables, instance, _ = _context()
     table = next(iter(tables.values()))
+    _refuse_outside_partitions(defs, table.daily_job, day)
     busy = writer_runs_in_progress(instance)
     if busy:
         raise BackfillError(f"run {busy[0].run_id[:8]} holds the writer tag; retry when it ends")

@@ -21,7 +21,7 @@ import datetime as dt
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ import duckdb
 
 from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SUFFIX, WEEK_INFIX
 from backfill_assets.errors import SwapRefused, WarehouseError
-from backfill_assets.lib.dates import iso_weeks, week_id
+from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import PartitionStats, SampleDiff, SwapResult
 from backfill_assets.lib.warehouse.identifiers import (
@@ -54,9 +54,19 @@ def _monday_of(week: str) -> dt.date:
 class DuckDBWarehouse:
     """Short-lived connections to one DuckDB file (DuckDB allows one writing process per file)."""
 
+    # Test seam for the fault suite (tests/reliability, docs/reliability.md): when set, it is
+    # called with a step name between the statements of a partition write, a swap and a
+    # rollback, inside their transaction, so a test can raise there (the transaction must roll
+    # back) or pause there (and SIGKILL the process). Nothing in the package sets it.
+    _fault: Callable[[str], None] | None = None
+
     def __init__(self, path: str | Path, lock_timeout_s: float = 30.0):
         self.path = str(path)
         self.lock_timeout_s = lock_timeout_s
+
+    def _step(self, name: str) -> None:
+        if self._fault is not None:
+            self._fault(name)
 
     # -- connections -------------------------------------------------------------------------
 
@@ -220,6 +230,9 @@ class DuckDBWarehouse:
         Live writes bump each partition's version; shadow writes record the live version they
         were built against, so the swap can tell when the live partition changed since.
         """
+        # A partition key is parsed as a date before it reaches SQL: a malformed one used to fail
+        # with a bare TypeError/AttributeError instead of saying what is wrong.
+        start, end = parse_day(start, "start"), parse_day(end, "end")
         if end <= start:
             return {}
         base = spec.shadow_name if shadow else spec.name
@@ -237,11 +250,13 @@ class DuckDBWarehouse:
                     created = True
                 qt = quote_ident(table)
                 con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": w0, "e": w1})
+                self._step(f"deleted {table}")
                 con.execute(
                     f"INSERT INTO {qt} ({cols}) SELECT {cols} FROM ({sql}) AS build "
                     f"WHERE {pc} >= $start AND {pc} < $end",
                     {"start": w0, "end": w1},
                 )
+                self._step(f"inserted {table}")
             if created:
                 self._recreate_view(con, spec, base)
             counts = self._counts(con, base, spec, start, end)
@@ -428,6 +443,12 @@ class DuckDBWarehouse:
             rows=[{k: _plain(v) for k, v in r.items()} for r in rows],
         )
 
+    def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> Any:
+        """Everything a batch's gates need, in a few set-based queries (see duckdb_gates)."""
+        from backfill_assets.lib.warehouse.duckdb_gates import gate_inputs
+
+        return gate_inputs(self, spec, start, end, **kw)
+
     def invariant_violations(
         self, spec: TableSpec, start: dt.date, end: dt.date, predicates: dict[str, str]
     ) -> dict[dt.date, dict[str, int]]:
@@ -518,7 +539,7 @@ class DuckDBWarehouse:
         t0 = time.perf_counter()
         if not days:
             raise SwapRefused("the plan has no partitions to swap")
-        days = sorted(set(days))
+        days = sorted({parse_day(d, "partition") for d in days})
         with self.transaction() as con:
             self._ensure(con, spec)
             state = con.execute(
@@ -567,9 +588,11 @@ class DuckDBWarehouse:
                     )
                     backup = self._week_table(backup_base, r0)
                     con.execute(f"ALTER TABLE {lv} RENAME TO {quote_ident(backup)}")
+                    self._step(f"renamed {live[week]} to {backup}")
                 con.execute(
                     f"ALTER TABLE {sh} RENAME TO {quote_ident(self._week_table(spec.name, r0))}"
                 )
+                self._step(f"renamed {shadow[week]} to live")
                 con.execute(
                     f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
                     {
@@ -593,6 +616,7 @@ class DuckDBWarehouse:
                 self._bump_versions(con, spec, r0, r1, now)
             self._recreate_view(con, spec, spec.name)
             self._recreate_view(con, spec, spec.shadow_name)
+            self._step("swap before commit")
         return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
 
     def _check_versions(
@@ -669,6 +693,7 @@ class DuckDBWarehouse:
                         f"ALTER TABLE {bk} RENAME TO "
                         f"{quote_ident(self._week_table(spec.name, _monday_of(week)))}"
                     )
+                    self._step(f"restored {backup[week]}")
                 else:
                     ins = {}
                     if cur:

@@ -104,7 +104,7 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
     if not isinstance(predicate, str) or not predicate.strip():
         raise InvalidInput("a criteria predicate must be a non-empty SQL expression string")
     allowed_columns = {c.lower() for c in columns}
-    pos, text = 0, predicate
+    pos, text, depth = 0, predicate, 0
     if "--" in text or "/*" in text or ";" in text:
         raise InvalidInput(
             f"predicate {predicate!r} contains a comment or ';': a predicate is one expression "
@@ -119,6 +119,16 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
                 f"predicate {predicate!r}: unexpected text at {text[pos : pos + 20]!r}; use column "
                 "names, literals, comparison/arithmetic operators and simple functions"
             )
+        # Parentheses must balance: the predicate is inlined as `coalesce((P), false)`, and an
+        # unbalanced one such as "x >= 0), (true" was accepted and closed that wrapper, changing
+        # the shape of the query it sits in instead of staying one expression over the row.
+        op = m.group("op")
+        depth += (op == "(") - (op == ")")
+        if depth < 0:
+            raise InvalidInput(
+                f"predicate {predicate!r} closes a parenthesis it did not open; a predicate is "
+                "one expression over the row"
+            )
         word = m.group("word")
         if word is not None:
             low = word.lower()
@@ -128,4 +138,9 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
                     f"allowed keyword/function; columns are {sorted(allowed_columns)}"
                 )
         pos = m.end()
+    if depth:
+        raise InvalidInput(
+            f"predicate {predicate!r} leaves {depth} parenthesis(es) open; a predicate is one "
+            "expression over the row"
+        )
     return predicate

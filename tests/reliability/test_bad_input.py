@@ -1,0 +1,346 @@
+"""Bad input is refused cleanly: exit code 2 (or a failed run) with one clear message, and
+nothing written: the warehouse, the instance's runs and its stored plans stay as they were.
+
+One warehouse and instance serve the whole module (built once: a landed source, a target built
+by logic v1, one approved plan), since every case here must leave them unchanged anyway. Date,
+window and timezone refusals of `plan` are in tests/test_cli.py; the other entry points are here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import yaml
+
+from backfill_assets.cli import main
+from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.errors import InvalidInput
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.planning.criteria import Criteria
+from backfill_assets.lib.planning.plan import BackfillPlan, compute_plan_id, rollback_command
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.identifiers import validate_predicate
+from backfill_assets.service.runs import run_job
+from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
+from tests.reliability.harness import SPEC, bad_input, expect_target, state, target_checksums
+
+INJECTED_KEY = "2026-01-01'; drop table orders_daily; --"
+INJECTED_TARGET = 'orders_daily"; drop table x; --'
+PLAN_ARGS = ["--window", "02:00-06:00", "--timezone", "UTC", "--rollback", "backup"]
+
+
+@dataclass(frozen=True)
+class Env:
+    instance: dg.DagsterInstance
+    path: Path
+    wh: DuckDBWarehouse
+    plan: BackfillPlan
+    root: Path
+    old: dict[dt.date, str]
+
+
+@pytest.fixture(scope="module")
+def env(defs, tmp_path_factory) -> Iterator[Env]:
+    from backfill_assets.example.seed import land_days
+
+    root = tmp_path_factory.mktemp("bad_input")
+    (root / "home").mkdir()
+    path = root / "warehouse.duckdb"
+    with (
+        pytest.MonkeyPatch.context() as mp,
+        dg.instance_for_test(temp_dir=str(root / "home")) as inst,
+    ):
+        mp.setenv(WAREHOUSE_ENV, str(path))
+        wh = DuckDBWarehouse(path, lock_timeout_s=2)
+        land_days(defs, inst, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
+        end = HISTORY_END + dt.timedelta(days=1)
+        wh.replace_partitions(SPEC, HISTORY_START, end, build_sql=ORDERS.build_sql("1"))
+        plan = make_plan(defs, inst, wh, "2026-01-05", "2026-01-18")
+        old = target_checksums(wh, HISTORY_START, HISTORY_END)
+        yield Env(inst, path, wh, plan, root, old)
+
+
+def _unchanged(env: Env, case: str, before: tuple) -> None:
+    assert state(env.instance, env.path) == before, f"{case} changed the warehouse or instance"
+    expect_target(case, target_checksums(env.wh, HISTORY_START, HISTORY_END), env.old)
+
+
+def refused(env: Env, capsys, args: list[str], needle: str) -> str:
+    """Run the CLI; assert exit 2, one `refused:` line naming `needle`, nothing written."""
+    bad_input()
+    before = state(env.instance, env.path)
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err.strip().splitlines()
+    lines = [line for line in err if line.startswith("refused: ")]
+    assert code == 2, f"{args} exited {code}: {err[-3:]}"
+    assert len(lines) == 1 and err[-1] == lines[0], err[-3:]
+    assert needle.lower() in lines[0].lower(), lines[0]
+    _unchanged(env, " ".join(args), before)
+    return lines[0]
+
+
+# -- dates -----------------------------------------------------------------------------------------
+
+TODAY = dt.datetime.now(dt.UTC).date().isoformat()
+LAND = {
+    "malformed": (["--start", "01/01/2026", "--end", "2026-01-02"], "YYYY-MM-DD"),
+    "impossible": (["--start", "2026-02-01", "--end", "2026-02-30"], "not a real calendar date"),
+    "reversed": (["--start", "2026-01-10", "--end", "2026-01-01"], "before start"),
+    "future": (["--start", "2031-01-01", "--end", "2031-01-02"], "not a partition"),
+    "today": (["--start", TODAY, "--end", TODAY], "not happened yet"),
+    "before_partitions": (["--start", "2024-06-01", "--end", "2024-06-02"], "not a partition"),
+    "injected_key": (["--start", INJECTED_KEY, "--end", "2026-01-02"], "not a date"),
+    "zero_rows": (["--start", "2026-01-01", "--end", "2026-01-02", "--rows-per-day", "0"], "rows"),
+}
+DAILY = {
+    "malformed": ("2026-1-5", "YYYY-MM-DD"),
+    "impossible": ("2026-02-30", "not a real calendar date"),
+    "future": ("2031-01-01", "not a partition"),
+    "today": (TODAY, "not happened yet"),
+    "before_partitions": ("2024-06-01", "not a partition"),
+    "injected_key": (INJECTED_KEY, "not a date"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LAND))
+def test_land_refuses_bad_dates_with_exit_2_and_lands_nothing(env, capsys, case):
+    # Regression: days outside the partitions raised a bare Dagster error (a traceback; one even
+    # recorded a failed run), future days were landed as if they had happened, and 0 rows a day
+    # "landed" empty days.
+    args, needle = LAND[case]
+    refused(env, capsys, ["land", *args], needle)
+
+
+@pytest.mark.parametrize("case", sorted(DAILY))
+def test_daily_refuses_bad_dates_with_exit_2_and_runs_nothing(env, capsys, case):
+    # Regression: a day outside the partitions raised DagsterUnknownPartitionError (a traceback).
+    day, needle = DAILY[case]
+    refused(env, capsys, ["daily", day], needle)
+
+
+def test_plan_refuses_an_injected_partition_key(env, capsys):
+    refused(env, capsys, ["plan", "orders_daily", "--start", INJECTED_KEY, "--end",
+                          "2026-01-10", *PLAN_ARGS], "not a date")  # fmt: skip
+
+
+def test_the_warehouse_refuses_a_malformed_partition_key_before_any_sql(env):
+    # Regression: replace_partitions and swap failed with a bare TypeError/AttributeError.
+    before = state(env.instance, env.path)
+    day = dt.date(2026, 1, 5)
+    calls = [
+        lambda: env.wh.replace_partitions(SPEC, INJECTED_KEY, day),  # type: ignore[arg-type]
+        lambda: env.wh.replace_partitions(SPEC, day, "2026-02-30", shadow=True),  # type: ignore[arg-type]
+        lambda: env.wh.swap(SPEC, env.plan.plan_id, [day, INJECTED_KEY]),  # type: ignore[list-item]
+    ]
+    for call in calls:
+        bad_input()
+        with pytest.raises(InvalidInput, match="not a"):
+            call()
+    _unchanged(env, "malformed partition key to the warehouse", before)
+
+
+def test_dagster_refuses_an_injected_partition_key_before_creating_a_run(env, defs):
+    bad_input()
+    before = state(env.instance, env.path)
+    with pytest.raises(dg.DagsterUnknownPartitionError):
+        run_job(defs, "orders_daily__shadow_job", env.instance, partition_key=INJECTED_KEY)
+    _unchanged(env, "injected partition key to the shadow job", before)
+
+
+# -- targets and keys ------------------------------------------------------------------------------
+
+
+def test_plan_refuses_an_injected_asset_key(env, capsys):
+    refused(env, capsys, ["plan", INJECTED_TARGET, "--start", "2026-01-05", "--end",
+                          "2026-01-10", *PLAN_ARGS], "unknown")  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["run", "status", "swap", "rollback", "release", "abandon"])
+def test_commands_refuse_an_injected_plan_id(env, capsys, command):
+    refused(env, capsys, [command, "p0'; drop table orders_daily; --"], "not approved")
+
+
+# Criteria predicates are SQL by design, restricted to a read-only expression over one row.
+ESCAPES = {
+    "statement": "net_amount >= 0; drop table orders_daily",
+    "line_comment": "net_amount >= 0 -- or anything",
+    "block_comment": "net_amount >= 0 /* or anything */",
+    "subquery": "(select count(*) from raw_orders) > 0",
+    "exists": "exists (select 1)",
+    "other_table": "raw_orders.amount > 0",
+    "table_function": "read_csv('/etc/passwd') is not null",
+    "pragma": "pragma version",
+    "setting": "current_setting('threads') is not null",
+    "quoted_identifier": '"net_amount" >= 0',
+    "string_literal_trick": "status = 'a'';drop table orders_daily;--'",
+    "escape_string": "e'\\x27' = status",
+    "parameter": "status = $1",
+    "union": "net_amount >= 0 union all select 1",
+    # Regression: unbalanced parentheses were accepted and closed the `coalesce((P), false)`
+    # the predicate is placed in.
+    "closes_its_wrapper": "net_amount >= 0), (true",
+    "leaves_open": "((net_amount >= 0)",
+}
+
+
+def _criteria_yaml(predicate: str) -> str:
+    return yaml.safe_dump({"invariants": [{"name": "evil", "predicate": predicate}]})
+
+
+def _tampered(plan: BackfillPlan, **changes: Any) -> dict[str, Any]:
+    """The plan's JSON with `changes`, and an id, shadow and rollback command made consistent
+    again: what a careful hand-editor (or attacker) would write."""
+    data = json.loads(plan.to_json())
+    data.update(changes)
+    data["shadow"] = data["target"] + "__shadow"
+    data["plan_id"] = compute_plan_id(
+        target=data["target"],
+        start=plan.start,
+        end=plan.end,
+        window=plan.window.label,
+        timezone=plan.window.timezone,
+        rollback=plan.rollback.strategy,
+        criteria=Criteria.from_dict(data["criteria"]),
+    )
+    data["rollback"]["command"] = rollback_command(data["plan_id"])
+    return data
+
+
+@pytest.mark.parametrize("case", sorted(ESCAPES))
+def test_predicate_escape_attempts_are_refused_on_every_path_to_sql(env, capsys, case):
+    predicate = ESCAPES[case]
+    # 1. The criteria YAML of `plan --criteria`.
+    crit = env.root / f"criteria_{case}.yml"
+    crit.write_text(_criteria_yaml(predicate))
+    args = ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-10", *PLAN_ARGS]
+    refused(env, capsys, [*args, "--criteria", str(crit)], "predicate")
+    # 2. A hand-made plan file whose id matches its (evil) criteria.
+    criteria = json.loads(env.plan.to_json())["criteria"]
+    criteria["invariants"] = [{"name": "evil", "predicate": predicate}]
+    path = env.root / f"plan_{case}.json"
+    path.write_text(json.dumps(_tampered(env.plan, criteria=criteria)))
+    # Regression: `approve` recorded such a plan; its batch then wrote the shadow before the
+    # gate refused the predicate.
+    refused(env, capsys, ["approve", str(path)], "predicate")
+    # 3. The warehouse itself, should a predicate reach it some other way.
+    bad_input(2)
+    before = state(env.instance, env.path)
+    with pytest.raises(InvalidInput, match="predicate"):
+        validate_predicate(predicate, SPEC.column_names)
+    with pytest.raises(InvalidInput, match="predicate"):
+        env.wh.invariant_violations(
+            SPEC, dt.date(2026, 1, 5), dt.date(2026, 1, 6), {"evil": predicate}
+        )
+    _unchanged(env, f"predicate {case} to the warehouse", before)
+
+
+def test_the_ui_planning_job_fails_its_run_on_a_predicate_escape_and_proposes_nothing(env, defs):
+    from backfill_assets.cli import _run_error
+
+    bad_input()
+    fingerprint_before, runs_before, *plans_before = state(env.instance, env.path)
+    config = {
+        "target": "orders_daily",
+        "start": "2026-01-05",
+        "end": "2026-01-10",
+        "window": "02:00-06:00",
+        "rollback": "backup",
+        "criteria_yaml": _criteria_yaml(ESCAPES["statement"]),
+    }
+    result = run_job(
+        defs,
+        "plan_backfill_job",
+        env.instance,
+        raise_on_error=False,
+        run_config={"ops": {"plan_backfill_op": {"config": config}}},
+    )
+    assert not result.success
+    assert "contains a comment or ';'" in (_run_error(result) or "")
+    fingerprint_after, runs_after, *plans_after = state(env.instance, env.path)
+    assert (fingerprint_after, runs_after, plans_after) == (
+        fingerprint_before,
+        runs_before + 1,  # the failed run, and nothing else
+        plans_before,
+    )
+
+
+# -- plan files ------------------------------------------------------------------------------------
+
+
+def _plan_files(plan: BackfillPlan) -> dict[str, tuple[str, str]]:
+    """name -> (file text, what the refusal names)."""
+    good = json.loads(plan.to_json())
+
+    def edited(**changes: Any) -> str:
+        data = json.loads(json.dumps(good))
+        for key, value in changes.items():
+            data[key] = value
+        return json.dumps(data)
+
+    batches = json.loads(json.dumps(good["batches"]))
+    moved = json.loads(json.dumps(batches))
+    moved[0]["end"] = "2026-01-12"  # one day more in batch 1
+    no_gate = json.loads(json.dumps(batches))
+    no_gate[1]["gates"] = [g for g in no_gate[1]["gates"] if g != "sample_gate"]
+    text = plan.to_json()
+    return {
+        "batch_range_changed": (edited(batches=moved), "batch 1"),
+        "gate_removed": (edited(batches=no_gate), "lacks gates"),
+        "unknown_schema_version": (edited(schema_version=99), "schema_version"),
+        "truncated": (text[: len(text) // 2], "not valid JSON"),
+        "empty": ("", "not valid JSON"),
+        "not_an_object": ("[]", "JSON object"),
+        "missing_batches": (
+            json.dumps({k: v for k, v in good.items() if k != "batches"}),
+            "missing keys",
+        ),
+        "range_widened": (edited(end="2026-01-25"), "plan_id"),
+        "other_targets_shadow": (edited(shadow="raw_orders__shadow"), "shadow"),
+        "other_target": (
+            json.dumps(_tampered(plan, target="raw_orders")),
+            "not a declared backfillable table",
+        ),
+        "injected_target": (
+            json.dumps(_tampered(plan, target=INJECTED_TARGET)),
+            "not a declared backfillable table",
+        ),
+    }
+
+
+PLAN_FILE_CASES = [
+    "batch_range_changed",
+    "gate_removed",
+    "unknown_schema_version",
+    "truncated",
+    "empty",
+    "not_an_object",
+    "missing_batches",
+    "range_widened",
+    "other_targets_shadow",
+    "other_target",
+    "injected_target",
+]
+# Files that hold together (their id matches) but name a target that is not backfillable: `run`
+# reads them for the id, which was never approved.
+CONSISTENT = ("other_target", "injected_target")
+
+
+@pytest.mark.parametrize("case", PLAN_FILE_CASES)
+def test_approve_and_run_refuse_an_edited_or_broken_plan_file(env, capsys, case):
+    files = _plan_files(env.plan)
+    assert sorted(files) == sorted(PLAN_FILE_CASES)
+    text, needle = files[case]
+    path = env.root / f"{case}.json"
+    path.write_text(text)
+    refused(env, capsys, ["approve", str(path)], needle)
+    # Regression: `run FILE` read the file for its id only, so an edited copy of an approved
+    # plan ran the stored plan as if the edits did not exist.
+    refused(env, capsys, ["run", str(path)], "not approved" if case in CONSISTENT else needle)
