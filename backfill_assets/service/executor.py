@@ -10,6 +10,8 @@ whose gates all passed on shadow data written by this plan, and redoes the rest.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +34,49 @@ from backfill_assets.service.history import ROWS_TAG
 from backfill_assets.service.plans import APPROVED, load_plan
 from backfill_assets.service.runs import run_job
 from backfill_assets.table import BackfillableTable
+
+# Set on batch runs this process executes itself, so a later invocation can tell a run whose
+# process died (SIGKILL, OOM) from one that is still going.
+PID_TAG = "backfill_assets/pid"
+HOST_TAG = "backfill_assets/host"
+_UNFINISHED = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_dead_runs(instance: dg.DagsterInstance, plan_id: str) -> list[str]:
+    """Mark this plan's in-process batch runs whose process is gone as failed, and free the
+    writer-pool slots they hold.
+
+    A killed in-process run stays STARTED forever and keeps its pool slot; Dagster's run
+    monitoring only watches runs launched through a run launcher. Without this, the next
+    `backfill-assets run` would wait for that slot indefinitely.
+    """
+    reaped = []
+    here = socket.gethostname()
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}, statuses=_UNFINISHED), limit=100
+    )
+    for run in runs:
+        pid = run.tags.get(PID_TAG, "")
+        if run.tags.get(HOST_TAG) != here or not pid.isdigit() or _alive(int(pid)):
+            continue
+        instance.report_run_failed(run, message=f"its process {pid} on {here} no longer exists")
+        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+        reaped.append(run.run_id)
+    return reaped
 
 
 def shadow_job_name(table_key: str) -> str:
@@ -149,8 +194,10 @@ def execute_plan(
             f"plan {plan_id} targets {plan.target}, which this code location "
             "does not declare backfillable"
         )
+    reap_dead_runs(instance, plan_id)
     reports: list[BatchReport] = []
     ran = 0
+    here = {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     for batch in plan.batches:
         if batch_done(instance, plan, batch):
             reports.append(
@@ -176,7 +223,7 @@ def execute_plan(
             instance,
             start=batch.start,
             end_inclusive=batch.end,
-            tags=batch_tags(plan, batch),
+            tags={**batch_tags(plan, batch), **here},
             raise_on_error=False,
             log_level=log_level,
         )

@@ -187,17 +187,6 @@ def _dead_runs(instance: dg.DagsterInstance, plan_id: str) -> list[dg.DagsterRun
     )
 
 
-def _recover_dead_runs(instance: dg.DagsterInstance, plan_id: str) -> None:
-    """The operator's step after a crash (UI: force-terminate the dead run, free its pool slot).
-
-    A SIGKILLed in-process run stays STARTED and keeps its slot of the writer pool; nothing frees
-    it, so without this step the rerun waits for the slot forever (see the xfail test below).
-    """
-    for run in _dead_runs(instance, plan_id):
-        instance.report_run_canceled(run, message="its process was killed (reliability test)")
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-
-
 def _days(plan) -> list[dt.date]:
     return [dt.date.fromisoformat(p) for p in plan.partitions]
 
@@ -234,14 +223,14 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
     assert history.checksums(SPEC, second.start, second.end_exclusive, shadow=True) == {}
     assert len(history.checksums(SPEC, first.start, first.end_exclusive, shadow=True)) == 5
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"], "2": ["STARTED"]}
-    _recover_dead_runs(instance, plan.plan_id)
 
+    # The rerun first marks the killed attempt failed and frees its writer slot, then resumes.
     reports = _execute(defs, instance, plan.plan_id)
     assert [r.status for r in reports] == ["skipped (already passed)", "passed"]
     # Batch 1 ran once; batch 2's killed attempt never finished and its rerun passed once.
     assert _runs_by_batch(instance, plan.plan_id) == {
         "1": ["SUCCESS"],
-        "2": ["CANCELED", "SUCCESS"],
+        "2": ["FAILURE", "SUCCESS"],
     }
     dupes = history.duplicate_keys(SPEC, plan.start, plan.end_exclusive)
     assert sum(dupes.values()) == 0
@@ -250,24 +239,26 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="known gap: a SIGKILLed in-process batch run stays STARTED holding its writer-pool "
-    "slot, so `backfill-assets run` waits forever until an operator frees it",
-)
+@pytest.mark.slow
 def test_a_batch_killed_mid_run_does_not_keep_the_writer_slot_from_its_rerun(
     defs, instance, history, warehouse_path, tmp_path
 ):
+    # Regression: a SIGKILLed in-process batch run stayed STARTED holding its writer-pool slot,
+    # so the next `backfill-assets run` waited for it forever.
+    from backfill_assets.service.executor import reap_dead_runs
+
     plan = make_plan(defs, instance, history, START, END)
     child = _execute_child(
         instance, warehouse_path, tmp_path, plan.plan_id, "deleted orders_daily__shadow__w2026w02"
     )
     child.wait_for("paused at")
     child.kill()
+    dead = {r.run_id for r in _dead_runs(instance, plan.plan_id)}
+    assert dead
+    assert set(reap_dead_runs(instance, plan.plan_id)) == dead
     pool = instance.event_log_storage.get_concurrency_info(WRITER_POOL)
-    held = {slot.run_id for slot in pool.claimed_slots}
-    assert not held & {r.run_id for r in _dead_runs(instance, plan.plan_id)}
+    assert not {slot.run_id for slot in pool.claimed_slots} & dead
+    assert not _dead_runs(instance, plan.plan_id)
 
 
 def _driver_tick(defs, instance):
