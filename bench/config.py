@@ -1,0 +1,78 @@
+"""Sizes and the run context shared by every measure.
+
+Sizes are parameters, not constants scattered through the measures: `small` is the smoke test
+(well under a minute), `default` the real measurement (a few minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+DEFAULT_OUT = BENCH_DIR / "results"
+# The interpreter running the bench also runs the contenders, so they see the same packages.
+PYTHON = sys.executable
+# dbt's console script sits next to the interpreter of the virtualenv.
+DBT = str(Path(sys.executable).with_name("dbt"))
+
+# A Monday, so the backfill's ISO-week batches are whole weeks except possibly the last one.
+RANGE_START = dt.date(2025, 1, 6)
+NOT_YET_MEASURED = "not yet measured"
+
+
+@dataclass(frozen=True)
+class Size:
+    """Every knob that makes a run bigger or smaller."""
+
+    name: str
+    # safety_overhead and gates: orders per day and days in the backfilled range.
+    rows_per_day: int
+    days: int
+    # swap_scaling: orders per day, weeks in the swapped range, history multiples to compare.
+    swap_rows_per_day: int
+    swap_weeks: int
+    swap_history_factors: tuple[int, int]
+    # Timed swaps take milliseconds, so a few more rounds than --repeats are cheap and steady the
+    # median (each round's untimed shadow rebuild is what costs).
+    swap_rounds_min: int
+    # gates: batches (ISO weeks) timed for the gate/write share, and seeds per corruption kind.
+    gate_timing_weeks: int
+    detection_seeds: int
+
+    @property
+    def start(self) -> dt.date:
+        return RANGE_START
+
+    @property
+    def end(self) -> dt.date:
+        """Exclusive end of the backfilled range."""
+        return RANGE_START + dt.timedelta(days=self.days)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
+SIZES: dict[str, Size] = {
+    "small": Size(
+        name="small", rows_per_day=2_000, days=21, swap_rows_per_day=2_000, swap_weeks=2,
+        swap_history_factors=(1, 10), swap_rounds_min=1, gate_timing_weeks=3, detection_seeds=3,
+    ),
+    "default": Size(
+        name="default", rows_per_day=200_000, days=90, swap_rows_per_day=50_000, swap_weeks=13,
+        swap_history_factors=(1, 10), swap_rounds_min=7, gate_timing_weeks=4, detection_seeds=20,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """What a measure gets: the size, how often to repeat, and a scratch folder it may fill."""
+
+    size: Size
+    repeats: int
+    workdir: Path

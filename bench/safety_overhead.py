@@ -1,0 +1,99 @@
+"""Measure 1: what safety costs — one backfill of `orders_daily` done four ways on identical data.
+
+Each round copies the templates afresh and runs every contender once, each in a fresh
+subprocess; the order rotates from round to round so no contender always runs first (cold page
+cache) or last. Every result is checked against the v2 build's checksum before it counts: a fast
+wrong backfill is not a result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from bench import plain
+from bench.config import NOT_YET_MEASURED, BenchContext
+from bench.data import Templates, fresh_copy, remove_db
+from bench.measure import BenchError, goal, median, paired_ratio, run_contender
+
+# (name, uses backfill_assets' weekly layout, what it is)
+CONTENDERS: list[tuple[str, bool, str]] = [
+    ("floor", False, "plain SQL, one DELETE+INSERT…SELECT transaction per ISO week"),
+    ("naive_dagster", False, "Dagster in place, BackfillPolicy.multi_run(7), runs in sequence"),
+    ("dbt_microbatch", False, "dbt-duckdb microbatch in place, batch_size=day"),
+    ("backfill_assets", True, "shadow per ISO week + gates, one pointer swap (warehouse level)"),
+    ("backfill_assets_dagster", True, "backfill_assets through its Dagster executor"),
+]
+SUBJECT = "backfill_assets"
+# (denominator, comparison, limit) on the wall-time ratio SUBJECT/denominator
+GOALS = [("floor", "<=", 1.5), ("naive_dagster", "<=", 1.2), ("dbt_microbatch", "<", 1.0)]
+
+
+def _check(db: Any, name: str, templates: Templates) -> None:
+    size = templates.size
+    with duckdb.connect(str(db), read_only=True) as con:
+        got = plain.range_checksum(con, plain.TABLE, size.start, size.end)
+    if got != templates.expected_checksum:
+        raise BenchError(f"{name} left {got} in orders_daily, expected "
+                         f"{templates.expected_checksum}: the backfill is wrong")
+
+
+def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
+    size = ctx.size
+    logs = ctx.workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in CONTENDERS}
+    skipped: dict[str, str] = {}
+    for rnd in range(ctx.repeats):
+        order = CONTENDERS[rnd % len(CONTENDERS):] + CONTENDERS[:rnd % len(CONTENDERS)]
+        for name, weekly, _ in order:
+            if name in skipped:
+                continue
+            db = fresh_copy(templates.weekly if weekly else templates.plain,
+                            ctx.workdir / f"so_{name}.duckdb")
+            result = run_contender(name, db, size.start, size.end, logs)
+            if result["status"] == "not_implemented":
+                skipped[name] = result["reason"]
+            else:
+                _check(db, name, templates)
+                runs[name].append(result)
+                print(f"  safety_overhead round {rnd + 1}: {name} {result['wall_s']:.2f}s "
+                      f"{result['peak_rss_mb']:.0f} MiB", flush=True)
+            remove_db(db)
+    return summarise(runs, skipped)
+
+
+def summarise(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str]) -> dict[str, Any]:
+    contenders: dict[str, Any] = {}
+    for name, _, what in CONTENDERS:
+        if name in skipped or not runs[name]:
+            contenders[name] = {"status": NOT_YET_MEASURED, "what": what,
+                                "reason": skipped.get(name, "")}
+            continue
+        rs = runs[name]
+        contenders[name] = {
+            "status": "measured", "what": what, "n": len(rs),
+            "wall_s": median([r["wall_s"] for r in rs]),
+            "import_s": median([r["import_s"] for r in rs]),
+            "process_s": median([r["process_s"] for r in rs]),
+            "peak_rss_mb": median([r["peak_rss_mb"] for r in rs]),
+            "wall_s_runs": [r["wall_s"] for r in rs],
+            "extra": rs[-1]["extra"],
+        }
+        phases = [r["extra"].get("phases") for r in rs if r["extra"].get("phases")]
+        if phases:
+            contenders[name]["phases_s"] = {k: median([p[k] for p in phases]) for k in phases[0]}
+    subject = [r["wall_s"] for r in runs[SUBJECT]]
+    ratios, goals = {}, []
+    for den, op, limit in GOALS:
+        other = [r["wall_s"] for r in runs[den]]
+        if not subject or len(other) != len(subject):
+            continue
+        key = f"{SUBJECT}/{den}"
+        ratios[key] = {"paired_median": paired_ratio(subject, other),
+                       "of_medians": median(subject) / median(other)}
+        goals.append(goal(f"wall {key}", ratios[key]["paired_median"], limit, op=op))
+    return {"contenders": contenders, "ratios": ratios, "goals": goals,
+            "note": "wall_s is measured in the contender's own process from before its imports "
+                    "to the end (imports included); ratios are medians of per-round ratios"}

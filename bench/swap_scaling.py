@@ -1,0 +1,141 @@
+"""Measure 2: does swap/rollback cost follow the backfilled range or the whole table?
+
+The same range (`swap_weeks` ISO weeks) is swapped into a target holding 1x and 10x as much
+history OUTSIDE the range (1x: history as big as the range; 10x: ten times that). With a pointer
+swap both should cost the same; a copy-based swap would too (it scales with the range), but a
+swap that scans or rewrites the table would not. The two variants alternate within each round.
+
+History is built fast: one week of real v1 rows is copied with shifted dates and ids
+(INSERT…SELECT through the adapter's own partition writer), so only the range needs raw data.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from pathlib import Path
+from typing import Any
+
+from backfill_assets.example import orders as o
+from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.lib.dates import days
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from bench.config import BenchContext
+from bench.data import checkpoint, fresh_copy, load_sources
+from bench.measure import BenchError, goal, median, paired_ratio
+
+SEED_TABLE = "bench_seed_week"
+# Weeks of history written per transaction while building (keeps each transaction modest).
+BUILD_CHUNK_WEEKS = 13
+# One week of real rows, moved to the week starting at $start: ids move with the date, since
+# order_id = days since 2000-01-01 * 1e6 + n, so keys stay unique across the copies.
+SHIFTED_WEEK_SQL = f"""
+with shift as (
+    select date_diff('day', (select min(order_date) from {SEED_TABLE}), $start::date)::integer
+        as k
+)
+select
+    s.order_id + shift.k * 1000000 as order_id,
+    s.order_date + shift.k as order_date,
+    s.ordered_at + to_days(shift.k) as ordered_at,
+    s.customer_id, s.country, s.currency, s.gross_amount, s.discount_amount, s.tax_amount,
+    s.net_amount, s.fx_rate, s.net_revenue_usd, s.status, s.is_cancelled
+from {SEED_TABLE} as s, shift
+"""
+
+
+def _range(ctx: BenchContext) -> tuple[dt.date, dt.date]:
+    start = ctx.size.start
+    return start, start + dt.timedelta(weeks=ctx.size.swap_weeks)
+
+
+def build_base(ctx: BenchContext) -> Path:
+    """raw data and live v1 rows for the range only; both variants start from a copy of it."""
+    r0, r1 = _range(ctx)
+    path = ctx.workdir / "swap_base.duckdb"
+    load_sources(path, r0, r1, ctx.size.swap_rows_per_day)
+    DuckDBWarehouse(path).replace_partitions(ORDERS_SPEC, r0, r1,
+                                             build_sql=o.ORDERS_DAILY_SQL_V1)
+    checkpoint(path)
+    return path
+
+
+def add_history(path: Path, r0: dt.date, weeks: int) -> None:
+    """`weeks` full ISO weeks of live rows right before r0, copied from the range's first week."""
+    wh = DuckDBWarehouse(path)
+    wh.execute(f"CREATE OR REPLACE TABLE {SEED_TABLE} AS SELECT * FROM {ORDERS_SPEC.name} "
+               "WHERE order_date >= $s AND order_date < $e",
+               {"s": r0, "e": r0 + dt.timedelta(weeks=1)})
+    h0 = r0 - dt.timedelta(weeks=weeks)
+    for i in range(0, weeks, BUILD_CHUNK_WEEKS):
+        c0 = h0 + dt.timedelta(weeks=i)
+        c1 = min(c0 + dt.timedelta(weeks=BUILD_CHUNK_WEEKS), r0)
+        wh.replace_partitions(ORDERS_SPEC, c0, c1, build_sql=SHIFTED_WEEK_SQL)
+    wh.execute(f"DROP TABLE {SEED_TABLE}")
+    checkpoint(path)
+
+
+def _table_facts(path: Path) -> dict[str, int]:
+    wh = DuckDBWarehouse(path)
+    rows = wh.query(f"SELECT count(*) FROM {ORDERS_SPEC.name}")[0][0]
+    return {"live_rows": int(rows), "live_week_tables": wh.live_week_count(ORDERS_SPEC)}
+
+
+def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, float]:
+    """Build a shadow for the range (untimed), then time the swap and the rollback."""
+    wh = DuckDBWarehouse(path)
+    before = wh.checksums(ORDERS_SPEC, r0, r1)
+    wh.replace_partitions(ORDERS_SPEC, r0, r1, shadow=True, plan_id=plan_id)
+    t0 = time.perf_counter()
+    swapped = wh.swap(ORDERS_SPEC, plan_id, days(r0, r1))
+    t1 = time.perf_counter()
+    rolled = wh.rollback(ORDERS_SPEC, plan_id)
+    t2 = time.perf_counter()
+    if swapped.action != "swapped" or rolled.action != "rolled_back":
+        raise BenchError(f"swap/rollback of {plan_id}: {swapped.action}, {rolled.action}")
+    if wh.checksums(ORDERS_SPEC, r0, r1) != before:
+        raise BenchError(f"rollback of {plan_id} did not restore the range's rows")
+    return {"swap_s": t1 - t0, "rollback_s": t2 - t1,
+            "swap_inner_s": swapped.seconds, "rollback_inner_s": rolled.seconds}
+
+
+def run(ctx: BenchContext) -> dict[str, Any]:
+    r0, r1 = _range(ctx)
+    lo, hi = ctx.size.swap_history_factors
+    base = build_base(ctx)
+    paths: dict[int, Path] = {}
+    facts: dict[int, dict[str, int]] = {}
+    t0 = time.perf_counter()
+    for factor in (lo, hi):
+        paths[factor] = fresh_copy(base, ctx.workdir / f"swap_{factor}x.duckdb")
+        add_history(paths[factor], r0, factor * ctx.size.swap_weeks)
+        facts[factor] = _table_facts(paths[factor])
+    build_s = time.perf_counter() - t0
+    samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
+    for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
+        for factor in ((lo, hi) if rnd % 2 == 0 else (hi, lo)):
+            s = swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}")
+            samples[factor].append(s)
+            print(f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
+                  f"rollback {s['rollback_s'] * 1000:.0f} ms", flush=True)
+    variants = {
+        f"{f}x": {**facts[f], "n": len(samples[f]),
+                  **{k: median([s[k] for s in samples[f]]) for k in samples[f][0]},
+                  "swap_s_runs": [s["swap_s"] for s in samples[f]],
+                  "rollback_s_runs": [s["rollback_s"] for s in samples[f]]}
+        for f in (lo, hi)
+    }
+    ratios = {
+        f"swap {hi}x/{lo}x": paired_ratio([s["swap_s"] for s in samples[hi]],
+                                         [s["swap_s"] for s in samples[lo]]),
+        f"rollback {hi}x/{lo}x": paired_ratio([s["rollback_s"] for s in samples[hi]],
+                                             [s["rollback_s"] for s in samples[lo]]),
+    }
+    return {
+        "range": {"start": r0.isoformat(), "end": r1.isoformat(), "weeks": ctx.size.swap_weeks,
+                  "rows_per_day": ctx.size.swap_rows_per_day},
+        "variants": variants,
+        "ratios": ratios,
+        "goals": [goal(f"wall {k}", v, 1.2) for k, v in ratios.items()],
+        "build_s": build_s,
+    }
