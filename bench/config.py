@@ -43,6 +43,8 @@ class Size:
     # gates: batches (ISO weeks) timed for the gate/write share, and seeds per corruption kind.
     gate_timing_weeks: int
     detection_seeds: int
+    # planning: assets in the synthetic graph (the range is always 5 years of days).
+    planning_assets: int = 10_000
 
     @property
     def start(self) -> dt.date:
@@ -59,12 +61,27 @@ class Size:
 
 SIZES: dict[str, Size] = {
     "small": Size(
-        name="small", rows_per_day=2_000, days=21, swap_rows_per_day=2_000, swap_weeks=2,
-        swap_history_factors=(1, 10), swap_rounds_min=1, gate_timing_weeks=3, detection_seeds=3,
+        name="small",
+        rows_per_day=2_000,
+        days=21,
+        swap_rows_per_day=2_000,
+        swap_weeks=2,
+        swap_history_factors=(1, 10),
+        swap_rounds_min=1,
+        gate_timing_weeks=3,
+        detection_seeds=3,
+        planning_assets=500,
     ),
     "default": Size(
-        name="default", rows_per_day=200_000, days=90, swap_rows_per_day=50_000, swap_weeks=13,
-        swap_history_factors=(1, 10), swap_rounds_min=7, gate_timing_weeks=4, detection_seeds=20,
+        name="default",
+        rows_per_day=200_000,
+        days=90,
+        swap_rows_per_day=50_000,
+        swap_weeks=13,
+        swap_history_factors=(1, 10),
+        swap_rounds_min=7,
+        gate_timing_weeks=4,
+        detection_seeds=20,
     ),
 }
 

@@ -1,13 +1,121 @@
-"""Measure 4: planning cost. A placeholder: the planner lands concurrently and its lead adds the
-measure here (e.g. plan build time against warehouse stats and run history of growing size)."""
+"""Measure 4: planning at scale. A synthetic asset graph (default 10,000 assets) downstream of a
+daily target, with a realistic fan-out and dbt-like chains of daily, weekly and unpartitioned
+models, and a 5-year daily range. We time the whole plan (impact through every edge's partition
+mapping + the pure plan build) against the time Dagster itself takes to resolve
+`AssetSelection.downstream()` on the same graph, in the same process, medians of N runs.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import random
+import time
 from typing import Any
 
-from bench.config import NOT_YET_MEASURED, BenchContext
+from bench.config import BenchContext
+from bench.measure import goal, median
+
+TARGET = "orders_daily"
+RANGE = (dt.date(2021, 1, 1), dt.date(2025, 12, 31))  # 5 years, inclusive
+NOW = dt.datetime(2026, 6, 1, 12, 0, tzinfo=dt.UTC)
+
+
+def synthetic_graph(n_assets: int, seed: int = 7) -> Any:
+    """A target and n_assets - 1 assets downstream of it: chains (staging -> marts) with
+    fan-out; ~60% daily, ~10% weekly, ~30% unpartitioned; each asset reads 1-3 earlier ones."""
+    import dagster as dg
+
+    rng = random.Random(seed)
+    daily = dg.DailyPartitionsDefinition(start_date="2020-01-01")
+    weekly = dg.WeeklyPartitionsDefinition(start_date="2019-12-30", day_offset=1)
+    specs = [dg.AssetSpec(TARGET, partitions_def=daily)]
+    kinds = {TARGET: "daily"}
+    names = [TARGET]
+    for i in range(1, n_assets):
+        roll = rng.random()
+        kind = "daily" if roll < 0.6 else "weekly" if roll < 0.7 else "none"
+        # Recent assets are likelier parents (chains); the target and early ones fan out.
+        parents = {
+            names[max(0, len(names) - 1 - int(rng.expovariate(0.05)))]
+            for _ in range(rng.randint(1, 3))
+        }
+        if kind == "daily":  # a daily model cannot sit downstream of a weekly/unpartitioned one
+            parents = {p for p in parents if kinds[p] == "daily"} or {TARGET}
+        name = f"model_{i:05d}"
+        pd = daily if kind == "daily" else weekly if kind == "weekly" else None
+        specs.append(
+            dg.AssetSpec(
+                name, deps=sorted(parents), partitions_def=pd, kinds={"dbt"} if i % 2 else set()
+            )
+        )
+        kinds[name] = kind
+        names.append(name)
+    return dg.Definitions(assets=specs).resolve_asset_graph()
+
+
+def _plan(graph: Any) -> Any:
+    from backfill_assets.example.declaration import ORDERS
+    from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
+    from backfill_assets.lib.planning.impact import downstream_impact
+
+    start, end = RANGE
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+    impact = downstream_impact(graph, TARGET, days)
+    info = ORDERS.target_info()
+    info = type(info)(**{**info.__dict__, "partitions_start": dt.date(2020, 1, 1)})
+    inputs = PlanInputs(
+        targets={TARGET: info},
+        known_assets=frozenset([TARGET]),
+        impact=impact,
+        partition_rows=dict.fromkeys(days, 200_000),
+        seconds_per_row=None,
+        batch_overhead_seconds=None,
+        daily_durations_seconds=(),
+        now=NOW,
+    )
+    request = PlanRequest(
+        TARGET, start.isoformat(), end.isoformat(), "02:00-23:59", "UTC", "backup"
+    )
+    return build_plan(request, inputs)
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:
-    del ctx  # unused until the measure exists
-    return {"status": NOT_YET_MEASURED}
+    import dagster as dg
+
+    n_assets = ctx.size.planning_assets
+    t0 = time.perf_counter()
+    graph = synthetic_graph(n_assets)
+    build_graph_s = time.perf_counter() - t0
+    dagster_s, plan_s = [], []
+    plan = None
+    for _ in range(max(3, ctx.repeats)):
+        t0 = time.perf_counter()
+        down = dg.AssetSelection.assets(TARGET).downstream(include_self=False).resolve(graph)
+        dagster_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        plan = _plan(graph)
+        plan_s.append(time.perf_counter() - t0)
+    assert plan is not None
+    assert len(plan.impact) == len(down), "the plan's impact must be Dagster's downstream set"
+    weekly_impacted = sum(
+        1
+        for i in plan.impact
+        if i.partitions != "all"
+        and i.partitions
+        and dt.date.fromisoformat(i.partitions[0]).weekday() == 0
+        and len(i.partitions) < 300
+    )
+    result = {
+        "assets": n_assets,
+        "downstream_assets": len(down),
+        "partitions": len(plan.partitions),
+        "batches": len(plan.batches),
+        "weekly_assets_impacted": weekly_impacted,
+        "graph_build_s": round(build_graph_s, 3),
+        "dagster_downstream_s": median(dagster_s),
+        "plan_s": median(plan_s),
+        "plan_over_dagster": median(plan_s) / median(dagster_s),
+        "runs": len(plan_s),
+    }
+    result["goals"] = [goal(f"plan {n_assets} assets x 5 years (s)", result["plan_s"], 2.0)]
+    return result

@@ -52,8 +52,11 @@ def _f(v: float, digits: int = 2) -> str:
 
 def _table(header: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
     align = ["---" if i < right_from else "---:" for i in range(len(header))]
-    return ["| " + " | ".join(header) + " |", "| " + " | ".join(align) + " |",
-            *("| " + " | ".join(r) + " |" for r in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "| " + " | ".join(align) + " |",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
 
 
 def _goals(goals: list[dict[str, Any]]) -> list[str]:
@@ -68,60 +71,155 @@ def _safety(r: dict[str, Any]) -> list[str]:
         if c["status"] != "measured":
             rows.append([name, c["what"], NOT_YET_MEASURED, "", "", "", ""])
             continue
-        rows.append([name, c["what"], _f(c["wall_s"]), _f(c["wall_s"] / floor) if floor else "",
-                     _f(c["import_s"]), f"{c['peak_rss_mb']:.0f}", str(c["n"])])
-    out = _table(["contender", "how", "wall s (median)", "x floor", "of which imports s",
-                  "peak RSS MiB", "runs"], rows, right_from=2)
+        rows.append(
+            [
+                name,
+                c["what"],
+                _f(c["wall_s"]),
+                _f(c["wall_s"] / floor) if floor else "",
+                _f(c["import_s"]),
+                f"{c['peak_rss_mb']:.0f}",
+                str(c["n"]),
+            ]
+        )
+    out = _table(
+        [
+            "contender",
+            "how",
+            "wall s (median)",
+            "x floor",
+            "of which imports s",
+            "peak RSS MiB",
+            "runs",
+        ],
+        rows,
+        right_from=2,
+    )
     phases = r["contenders"].get("backfill_assets", {}).get("phases_s")
     if phases:
-        out += ["", "backfill_assets wall split (median s): " + ", ".join(
-            f"{k.removesuffix('_s')} {_f(v)}" for k, v in phases.items())]
-    out += ["", "Ratios (median of per-round ratios; ratio of medians in brackets): " + "; ".join(
-        f"{k} = {_f(v['paired_median'])} ({_f(v['of_medians'])})" for k, v in r["ratios"].items())]
+        out += [
+            "",
+            "backfill_assets wall split (median s): "
+            + ", ".join(f"{k.removesuffix('_s')} {_f(v)}" for k, v in phases.items()),
+        ]
+    out += [
+        "",
+        "Ratios (median of per-round ratios; ratio of medians in brackets): "
+        + "; ".join(
+            f"{k} = {_f(v['paired_median'])} ({_f(v['of_medians'])})"
+            for k, v in r["ratios"].items()
+        ),
+    ]
     return out + _goals(r["goals"])
 
 
 def _swap(r: dict[str, Any]) -> list[str]:
     rng = r["range"]
-    rows = [[k, f"{v['live_rows']:,}", str(v["live_week_tables"]), _f(v["swap_s"] * 1000, 1),
-             _f(v["rollback_s"] * 1000, 1), str(v["n"])] for k, v in r["variants"].items()]
-    out = [f"Range {rng['start']}..{rng['end']} ({rng['weeks']} weeks x 7 x "
-           f"{rng['rows_per_day']:,} rows/day) swapped into a target with 1x and 10x history.",
-           "", *_table(["history", "live rows", "live week tables", "swap ms (median)",
-                        "rollback ms (median)", "runs"], rows)]
+    rows = [
+        [
+            k,
+            f"{v['live_rows']:,}",
+            str(v["live_week_tables"]),
+            _f(v["swap_s"] * 1000, 1),
+            _f(v["rollback_s"] * 1000, 1),
+            str(v["n"]),
+        ]
+        for k, v in r["variants"].items()
+    ]
+    out = [
+        f"Range {rng['start']}..{rng['end']} ({rng['weeks']} weeks x 7 x "
+        f"{rng['rows_per_day']:,} rows/day) swapped into a target with 1x and 10x history.",
+        "",
+        *_table(
+            [
+                "history",
+                "live rows",
+                "live week tables",
+                "swap ms (median)",
+                "rollback ms (median)",
+                "runs",
+            ],
+            rows,
+        ),
+    ]
     out += ["", "Ratios: " + "; ".join(f"{k} = {_f(v)}" for k, v in r["ratios"].items())]
     return out + _goals(r["goals"])
 
 
 def _gates(r: dict[str, Any]) -> list[str]:
     c = r["cost"]
-    out = [f"Cost over {c['batches_timed']} batches of {c['rows_per_batch']:,} rows: shadow "
-           f"write {_f(c['write_s_per_batch'])} s, gates {_f(c['gates_s_per_batch'])} s per "
-           f"batch (median share {c['share_median']:.1%}, worst {c['share_max']:.1%}).",
-           "Gate time by warehouse call (median s per batch): " + ", ".join(
-               f"{k} {_f(v, 3)}" for k, v in c["gates_s_by_query"].items()), ""]
-    rows = [[k, str(v["trials"]), f"{v['rows_planted_median']:g}", f"{v['caught_share']:.0%}",
-             f"{v['sampled_rows_alone_share']:.0%}",
-             ", ".join(f"{g} {n}" for g, n in sorted(v["failed_gate_counts"].items())) or "-"]
-            for k, v in r["detection"]["kinds"].items()]
-    out += _table(["corruption (one partition)", "trials", "rows", "caught by gates",
-                   "by sampled rows alone", "failing gates (trials)"], rows)
+    out = [
+        f"Cost over {c['batches_timed']} batches of {c['rows_per_batch']:,} rows: shadow "
+        f"write {_f(c['write_s_per_batch'])} s, gates {_f(c['gates_s_per_batch'])} s per "
+        f"batch (median share {c['share_median']:.1%}, worst {c['share_max']:.1%}).",
+        "Gate time by warehouse call (median s per batch): "
+        + ", ".join(f"{k} {_f(v, 3)}" for k, v in c["gates_s_by_query"].items()),
+        "",
+    ]
+    rows = [
+        [
+            k,
+            str(v["trials"]),
+            f"{v['rows_planted_median']:g}",
+            f"{v['caught_share']:.0%}",
+            f"{v['sampled_rows_alone_share']:.0%}",
+            ", ".join(f"{g} {n}" for g, n in sorted(v["failed_gate_counts"].items())) or "-",
+        ]
+        for k, v in r["detection"]["kinds"].items()
+    ]
+    out += _table(
+        [
+            "corruption (one partition)",
+            "trials",
+            "rows",
+            "caught by gates",
+            "by sampled rows alone",
+            "failing gates (trials)",
+        ],
+        rows,
+    )
     return out + _goals(r["goals"])
 
 
-RENDERERS = {"safety_overhead": _safety, "swap_scaling": _swap, "gates": _gates}
+def _planning(r: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            "assets in the graph / downstream of the target",
+            f"{r['assets']:,} / {r['downstream_assets']:,}",
+        ],
+        ["partitions / weekly batches", f"{r['partitions']:,} / {r['batches']}"],
+        [
+            "Dagster AssetSelection.downstream().resolve() s (median)",
+            _f(r["dagster_downstream_s"], 3),
+        ],
+        ["whole plan (impact through partition mappings + build) s (median)", _f(r["plan_s"], 3)],
+        ["plan / Dagster downstream", _f(r["plan_over_dagster"], 1)],
+    ]
+    return [*_table(["planning", ""], rows, right_from=1), "", *_goals(r["goals"])]
+
+
+RENDERERS = {
+    "safety_overhead": _safety,
+    "swap_scaling": _swap,
+    "gates": _gates,
+    "planning": _planning,
+}
 
 
 def markdown(doc: dict[str, Any]) -> str:
     m, run = doc["machine"], doc["run"]
-    out = ["# backfill_assets bench: latest run", "",
-           *_table(["machine", ""], [[k, str(v)] for k, v in m.items()], right_from=9),
-           "", f"Size `{run['size']}` ({run['repeats']} rounds), total wall "
-           f"{_f(run['total_wall_s'], 1)} s, load average (1/5/15 min) "
-           f"{_load(run.get('loadavg_1_5_15_start'))} at start, "
-           f"{_load(run.get('loadavg_1_5_15_end'))} at end (nproc {m['nproc']}). Sizes: `"
-           + ", ".join(
-               f"{k}={v}" for k, v in run["sizes"].items() if k != "name") + "`."]
+    out = [
+        "# backfill_assets bench: latest run",
+        "",
+        *_table(["machine", ""], [[k, str(v)] for k, v in m.items()], right_from=9),
+        "",
+        f"Size `{run['size']}` ({run['repeats']} rounds), total wall "
+        f"{_f(run['total_wall_s'], 1)} s, load average (1/5/15 min) "
+        f"{_load(run.get('loadavg_1_5_15_start'))} at start, "
+        f"{_load(run.get('loadavg_1_5_15_end'))} at end (nproc {m['nproc']}). Sizes: `"
+        + ", ".join(f"{k}={v}" for k, v in run["sizes"].items() if k != "name")
+        + "`.",
+    ]
     for name in ("safety_overhead", "swap_scaling", "gates", "planning"):
         entry = doc.get(name, {"status": "not run"})
         out += ["", f"## {name}", ""]

@@ -53,12 +53,17 @@ def downstream_impact(
         else ALL
     }
     out: list[ImpactedAsset] = []
+    same_grain = (dg.IdentityPartitionMapping(), dg.TimeWindowPartitionMapping())
+    mapped: dict[tuple[Any, ...], Any] = {}
+    # Subsets are shared by every asset of the same grain: list each one's keys once. (Every
+    # subset stays referenced from `affected`, so its id is stable for the whole call.)
+    keys_of: dict[int, tuple[str, ...]] = {}
     for key in asset_graph.toposorted_asset_keys:
         if key not in downstream:
             continue
         node = asset_graph.get(key)
         pd = node.partitions_def
-        result: Any = pd.empty_subset() if pd else ALL
+        result: Any = None
         for parent in node.parent_keys:
             if parent not in affected:
                 continue
@@ -66,12 +71,28 @@ def downstream_impact(
             if pd is None or up is ALL:
                 result = ALL
                 break
+            parent_pd = asset_graph.get(parent).partitions_def
             mapping = asset_graph.get_partition_mapping(key, parent)
-            sub = mapping.get_downstream_partitions_for_partitions(
-                up, asset_graph.get(parent).partitions_def, pd
-            )
-            result = result | sub
+            if parent_pd == pd and mapping in same_grain:
+                sub = up  # same grain, default mapping: the same partitions
+            else:
+                # Many assets share a parent subset and grain (a weekly mart under a daily
+                # model): map each distinct (subset, mapping, grains) once.
+                cache_key = (id(up), repr(mapping), id(parent_pd), id(pd))
+                if cache_key not in mapped:
+                    mapped[cache_key] = mapping.get_downstream_partitions_for_partitions(
+                        up, parent_pd, pd
+                    )
+                sub = mapped[cache_key]
+            result = sub if result is None or result is sub else result | sub
+        if result is None:
+            result = pd.empty_subset() if pd is not None else ALL
         affected[key] = result
-        partitions = ALL if result is ALL else tuple(sorted(result.get_partition_keys()))
+        if result is ALL:
+            partitions: Any = ALL
+        else:
+            if id(result) not in keys_of:
+                keys_of[id(result)] = tuple(sorted(result.get_partition_keys()))
+            partitions = keys_of[id(result)]
         out.append(ImpactedAsset(key.to_user_string(), partitions, _kind(node)))
     return tuple(out)
