@@ -27,3 +27,7 @@ class ExecutionRefused(BackfillError):
 
 class WarehouseError(BackfillError):
     """The warehouse could not be opened or used (locked, unreadable, missing table)."""
+
+
+class WarehouseMissing(WarehouseError):
+    """The warehouse file does not exist yet (nothing has been built)."""

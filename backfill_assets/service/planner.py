@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.errors import BackfillError, WarehouseError
+from backfill_assets.errors import BackfillError, WarehouseMissing
 from backfill_assets.lib.dates import parse_day
 from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
 from backfill_assets.lib.planning.impact import downstream_impact
@@ -49,8 +49,10 @@ def plan_backfill(
                 impact = downstream_impact(graph, table.key, days, exclude=[table.shadow_key])
             try:
                 rows = warehouse.partition_stats(table.spec, start, end + dt.timedelta(days=1)).rows
-            except WarehouseError:
-                rows = {}  # no warehouse yet: the planner falls back to its documented default
+            except WarehouseMissing:
+                # Nothing built yet: the planner falls back to its documented default and says
+                # so. A locked or unreadable warehouse is an error, not a reason to guess.
+                rows = {}
         rates = batch_rates(instance, table.key)
         spr, overhead = rates.seconds_per_row, rates.overhead_seconds
         daily = daily_run_durations(instance, table.daily_job)

@@ -53,6 +53,22 @@ def test_a_warehouse_held_by_another_process_is_refused_within_the_bound_and_nev
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last.startswith("refused: ") and "held by another process" in last
         assert load_plan(instance, plan.plan_id)[1] == APPROVED  # nothing recorded either
+        # Regression: planning fell back to default row estimates when the warehouse was held.
+        args = [
+            "plan",
+            "orders_daily",
+            "--start",
+            "2026-01-05",
+            "--end",
+            "2026-01-11",
+            "--window",
+            "02:00-06:00",
+            "--rollback",
+            "backup",
+        ]
+        assert main(args) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert last.startswith("refused: ") and "held by another process" in last
     finally:
         assert holder.proc.stdin is not None
         holder.proc.stdin.close()

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 
 from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SUFFIX, WEEK_INFIX
-from backfill_assets.errors import SwapRefused, WarehouseError
+from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import PartitionStats, SampleDiff, SwapResult
@@ -82,7 +82,7 @@ class DuckDBWarehouse:
                 "BACKFILL_ASSETS_WAREHOUSE to a path in an existing folder"
             )
         if read_only and not p.exists():
-            raise WarehouseError(
+            raise WarehouseMissing(
                 f"warehouse {self.path} does not exist yet; build the target first "
                 "(e.g. `make demo` or the daily job)"
             )
