@@ -23,6 +23,9 @@ plans_spec = dg.AssetSpec(
 
 
 def control_definitions(tables: Mapping[str, "BackfillableTable"]) -> dg.Definitions:
+    from backfill_assets.defs.driver import driver_jobs
     from backfill_assets.defs.planning_jobs import planning_definitions
 
-    return dg.Definitions.merge(dg.Definitions(assets=[plans_spec]), planning_definitions(tables))
+    return dg.Definitions.merge(
+        dg.Definitions(assets=[plans_spec], jobs=driver_jobs()), planning_definitions(tables)
+    )

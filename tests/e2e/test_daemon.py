@@ -1,0 +1,434 @@
+"""End to end with the real daemon and webserver: `dagster dev` drives plans through the sensor.
+
+One `dagster dev` serves the module, with its own DAGSTER_HOME (the project's dagster.yaml:
+writer tag limit 1, writer pool 1) and its own DuckDB file. The warehouse and the instance are
+seeded from this process *before* it starts: DuckDB allows one process per file, and from then
+on only runs launched by the daemon write it (this process opens it again only while no run is
+in progress). Plans are planned and approved here, as an operator would with the CLI; they are
+started, swapped and raced by a daily run through the webserver's GraphQL API, as from the UI.
+
+Plans pretend the daily run is expected 12 hours from now, so a window around "now" is clear of
+its slot whatever time of day the suite runs.
+"""
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import pytest
+import requests
+
+from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_REFRESH, ROLE_TAG
+from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+from backfill_assets.defs.driver import DRIVER_SENSOR, REFRESH_SENSOR, START_JOB, start_plan
+from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.seed import land_days
+from backfill_assets.lib.planning.build import PlanRequest
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.guards import writer_runs_in_progress
+from backfill_assets.service.planner import plan_backfill
+from backfill_assets.service.plans import approve_plan, plan_statuses
+from backfill_assets.service.swap import abandon_plan, refresh_requests, release_backup
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+LOCATION = "backfill_assets"
+REPOSITORY = "__repository__"
+WEEKLY_REFRESH_SENSOR = "orders_weekly_refresh_sensor"
+ROWS_PER_DAY = 300
+STARTUP_TIMEOUT_S = 90
+RUN_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 20
+UTC = dt.UTC
+
+
+@dataclasses.dataclass
+class Dev:
+    """A running `dagster dev` and what the test process needs to talk to it."""
+
+    url: str
+    instance: dg.DagsterInstance
+    warehouse: Path
+    log: Path
+    today: dt.date
+
+    def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
+        resp = requests.post(
+            f"{self.url}/graphql", json={"query": query, "variables": variables}, timeout=30
+        )
+        resp.raise_for_status()
+        body = resp.json()
+        assert "errors" not in body, body
+        return body["data"]
+
+    def log_tail(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _default_sigint() -> None:
+    # pytest (or a CI shell) may leave SIGINT ignored; dagster dev must be stoppable.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(STOP_TIMEOUT_S)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | None = None) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    tail = f"\n--- dagster dev log ---\n{dev.log_tail()}" if dev else ""
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    home = tmp / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    warehouse = tmp / "warehouse.duckdb"
+    today = dt.datetime.now(UTC).date()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(home))
+        mp.setenv(WAREHOUSE_ENV, str(warehouse))
+        instance = dg.DagsterInstance.get()
+        # History ends 5 days ago: older than the daily sensor's lookback, so the daemon starts
+        # no daily run of its own and the only daily run is the one a test launches.
+        first, last = today - dt.timedelta(days=20), today - dt.timedelta(days=5)
+        land_days(defs, instance, first, last, ROWS_PER_DAY)
+        # The target's history written directly by the v1 logic (as tests/conftest.py `history`
+        # does): building it through the daily job and dbt would add half a minute.
+        DuckDBWarehouse(warehouse).replace_partitions(
+            ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
+        )
+        port = _free_port()
+        log = tmp / "dagster-dev.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("dagster")),
+                    "dev",
+                    "-w",
+                    str(REPO / "workspace.yaml"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                ],
+                cwd=REPO,
+                env=os.environ.copy(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_default_sigint,
+            )
+        d = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
+        try:
+            wait_for("the webserver", lambda: _answers(d.url), STARTUP_TIMEOUT_S, d)
+            wait_for(
+                "the code location",
+                lambda: _sensor_ticks(d, DRIVER_SENSOR) is not None,
+                STARTUP_TIMEOUT_S,
+                d,
+            )
+            # Refreshing the weekly marts after a daily run is production behaviour tested on
+            # its own; here it would only hold the writer tag for a dbt run between batches.
+            stop_sensor(d, WEEKLY_REFRESH_SENSOR)
+            yield d
+        finally:
+            _stop(proc)
+            instance.dispose()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/server_info", timeout=2).ok
+    except requests.RequestException:
+        return False
+
+
+SENSOR_TICKS = """
+query($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) {
+    __typename
+    ... on Sensor { sensorState { ticks(limit: 20) { status timestamp skipReason runIds } } }
+  }
+}
+"""
+
+SENSOR_ID = """
+query($selector: SensorSelector!) {
+  sensorOrError(sensorSelector: $selector) { ... on Sensor { id } }
+}
+"""
+
+STOP_SENSOR = """
+mutation($id: String!) { stopSensor(id: $id) { __typename } }
+"""
+
+LAUNCH_RUN = """
+mutation($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+  }
+}
+"""
+
+
+def _sensor_ticks(d: Dev, sensor: str) -> list[dict[str, Any]] | None:
+    try:
+        data = d.graphql(SENSOR_TICKS, {"selector": _selector(sensorName=sensor)})
+    except (requests.RequestException, AssertionError):
+        return None
+    found = data["sensorOrError"]
+    return found["sensorState"]["ticks"] if found["__typename"] == "Sensor" else None
+
+
+def _selector(**kw: str) -> dict[str, str]:
+    return {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, **kw}
+
+
+def stop_sensor(d: Dev, name: str) -> None:
+    sensor = d.graphql(SENSOR_ID, {"selector": _selector(sensorName=name)})["sensorOrError"]
+    result = d.graphql(STOP_SENSOR, {"id": sensor["id"]})["stopSensor"]
+    assert result["__typename"] == "StopSensorMutationResult", result
+
+
+def launch(
+    d: Dev,
+    job: str,
+    run_config: dict[str, Any],
+    tags: dict[str, str] | None = None,
+    assets: list[str] | None = None,
+) -> str:
+    """Launch a run the way the Launchpad does; return its run id."""
+    selector: dict[str, Any] = _selector(jobName=job)
+    if assets:
+        selector["assetSelection"] = [{"path": [a]} for a in assets]
+    params = {
+        "selector": selector,
+        "runConfigData": run_config,
+        "executionMetadata": {"tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]},
+    }
+    result = d.graphql(LAUNCH_RUN, {"executionParams": params})["launchRun"]
+    assert result["__typename"] == "LaunchRunSuccess", result
+    return result["run"]["runId"]
+
+
+def finished(d: Dev, run_id: str) -> dg.RunRecord | None:
+    rec = d.instance.get_run_record_by_id(run_id)
+    return rec if rec and rec.dagster_run.is_finished else None
+
+
+def succeeded(d: Dev, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dg.RunRecord:
+    rec = wait_for(f"run {run_id} to finish", lambda: finished(d, run_id), timeout, d)
+    assert rec.dagster_run.status == dg.DagsterRunStatus.SUCCESS, d.log_tail()
+    return rec
+
+
+def plan_now(d: Dev, start: dt.date, end: dt.date, window: str) -> BackfillPlan:
+    """Plan with the real planner while no run holds the warehouse; the daily run is expected
+    12 h from now (see the module docstring)."""
+    now = dt.datetime.now(UTC)
+    daily_at = (now + dt.timedelta(hours=12)).time().replace(second=0, microsecond=0)
+    tables = {ORDERS.key: dataclasses.replace(ORDERS, daily_expected_start=daily_at)}
+    wait_for(
+        "no run writing the warehouse",
+        lambda: not writer_runs_in_progress(d.instance),
+        RUN_TIMEOUT_S,
+        d,
+    )
+    return plan_backfill(
+        PlanRequest(ORDERS.key, start.isoformat(), end.isoformat(), window, "UTC", "backup"),
+        asset_graph=defs.resolve_asset_graph(),
+        tables=tables,
+        instance=d.instance,
+        warehouse=DuckDBWarehouse(d.warehouse),
+        now=now,
+    )
+
+
+def window_around(now: dt.datetime, before: dt.timedelta, after: dt.timedelta) -> str:
+    return f"{now + before:%H:%M}-{now + after:%H:%M}"
+
+
+def plan_runs(d: Dev, plan_id: str, role: str | None = None) -> list[dg.RunRecord]:
+    tags = {PLAN_ID_TAG: plan_id, **({ROLE_TAG: role} if role else {})}
+    return list(d.instance.get_run_records(dg.RunsFilter(tags=tags)))
+
+
+def claim_target(d: Dev) -> None:
+    """Free orders_daily for a new plan (one active plan per target): abandon or release any
+    plan still holding it, once no run holds the writer tag (DuckDB allows one process)."""
+    active = {
+        pid: status
+        for pid, (target, status) in plan_statuses(d.instance).items()
+        if target == ORDERS.key and status in ("approved", "swapped")
+    }
+    if not active:
+        return
+    wait_for(
+        "no run writing the warehouse",
+        lambda: not writer_runs_in_progress(d.instance),
+        3 * RUN_TIMEOUT_S,
+        d,
+    )
+    wh = DuckDBWarehouse(d.warehouse)
+    table = BACKFILLABLE_TABLES[ORDERS.key]
+    for pid, status in active.items():
+        if status == "approved":
+            abandon_plan(d.instance, table, wh, pid)
+        else:
+            release_backup(d.instance, table, wh, pid)
+
+
+def test_a_started_plan_whose_window_is_closed_launches_nothing_and_the_tick_says_why(dev):
+    claim_target(dev)
+    now = dt.datetime.now(UTC)
+    window = window_around(now, dt.timedelta(hours=4), dt.timedelta(hours=6))
+    day = dev.today - dt.timedelta(days=10)
+    plan = plan_now(dev, day, day, window)
+    approve_plan(dev.instance, plan, "e2e")
+    start_plan(dev.instance, plan.plan_id, "e2e", now)
+    started = time.time()
+
+    def ticks_about_plan() -> list[dict[str, Any]]:
+        ticks = _sensor_ticks(dev, DRIVER_SENSOR) or []
+        return [
+            t for t in ticks if t["timestamp"] > started and plan.plan_id in (t["skipReason"] or "")
+        ]
+
+    # Two evaluations of the sensor after the start saw the plan and skipped it.
+    wait_for("two driver ticks about the plan", lambda: len(ticks_about_plan()) >= 2, 60, dev)
+    for t in ticks_about_plan():
+        assert t["status"] == "SKIPPED"
+        assert f"plan {plan.plan_id}: outside window {window} UTC" in t["skipReason"]
+    assert plan_runs(dev, plan.plan_id) == []
+
+
+def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a_daily_run(dev):
+    claim_target(dev)
+    now = dt.datetime.now(UTC)
+    window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=2))
+    # Two batches: the last Saturday-Sunday of one ISO week and the Monday-Tuesday after it.
+    d12 = dev.today - dt.timedelta(days=12)
+    monday = d12 - dt.timedelta(days=d12.weekday())
+    plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
+    assert len(plan.batches) == 2
+    approve_plan(dev.instance, plan, "e2e")
+    start_config = {"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}}
+    succeeded(dev, launch(dev, START_JOB, start_config))
+
+    # While batch 1 runs, a daily production run is launched from the UI: only its first step
+    # (the target's write), since the dbt models after it would add a minute and prove nothing.
+    def batch_one_running() -> dg.RunRecord | None:
+        for rec in plan_runs(dev, plan.plan_id):
+            run = rec.dagster_run
+            if run.tags.get(BATCH_TAG) == "1" and run.status == dg.DagsterRunStatus.STARTED:
+                return rec
+        return None
+
+    batch_one = wait_for("batch 1 to start", batch_one_running, RUN_TIMEOUT_S, dev)
+    daily_day = (dev.today - dt.timedelta(days=6)).isoformat()
+    daily_id = launch(
+        dev, "orders_daily_job", {}, {"dagster/partition": daily_day}, assets=[ORDERS.key]
+    )
+
+    def all_batches_succeeded() -> list[dg.RunRecord] | None:
+        recs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
+        assert not [r for r in recs if r.dagster_run.status == dg.DagsterRunStatus.FAILURE], (
+            dev.log_tail()
+        )
+        ok = [r for r in recs if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS]
+        return ok if {r.dagster_run.tags[BATCH_TAG] for r in ok} == {"1", "2"} else None
+
+    batches = wait_for("both batches to pass", all_batches_succeeded, 3 * RUN_TIMEOUT_S, dev)
+    daily = succeeded(dev, daily_id)
+
+    # One run per batch, each with its deterministic run key.
+    keys = sorted(r.dagster_run.tags.get("dagster/run_key", "") for r in batches)
+    assert keys == [f"{plan.plan_id}-batch-{i}-attempt-1" for i in (1, 2)]
+    # The daily run was queued while batch 1 ran, started after it, and overlapped no batch.
+    batch_one_end = _end(batch_one, dev)
+    assert daily.start_time is not None and daily.end_time is not None
+    assert daily.create_timestamp.timestamp() < batch_one_end <= daily.start_time
+    # Batch 2 was not even requested while the daily run was queued or running: the sensor
+    # held it, not only the instance's writer tag limit.
+    batch_two = next(r for r in batches if r.dagster_run.tags[BATCH_TAG] == "2")
+    assert batch_two.create_timestamp.timestamp() >= daily.end_time
+    for rec in batches:
+        assert rec.start_time is not None and rec.end_time is not None
+        overlap = min(rec.end_time, daily.end_time) - max(rec.start_time, daily.start_time)
+        assert overlap <= 0, f"batch run {rec.dagster_run.run_id} overlapped the daily run"
+
+    # Swap from the Launchpad: the refresh sensor requests one run per grain of the impact set.
+    swap_config = {"ops": {"orders_daily__swap": {"config": {"plan_id": plan.plan_id}}}}
+    swap = launch(dev, "orders_daily__swap_job", swap_config)
+    succeeded(dev, swap)
+    expected = [f"{plan.plan_id}-refresh-{swap}-{i}" for i in (1, 2, 3)]
+    assert len(refresh_requests(plan, defs)) == len(expected)
+
+    def refresh_runs() -> list[dg.RunRecord] | None:
+        recs = plan_runs(dev, plan.plan_id, ROLE_REFRESH)
+        return recs if len(recs) == len(expected) else None
+
+    recs = wait_for("the refresh runs to be requested", refresh_runs, 60, dev)
+    by_key = {r.dagster_run.tags.get("dagster/run_key"): r for r in recs}
+    assert sorted(by_key) == expected
+    run_ids = {r.dagster_run.run_id for r in recs}
+
+    def refresh_tick() -> list[dict[str, Any]]:
+        # The tick records its run ids once it has submitted every run it requested.
+        ticks = _sensor_ticks(dev, REFRESH_SENSOR) or []
+        return [t for t in ticks if set(t["runIds"]) == run_ids]
+
+    assert wait_for("the refresh sensor's tick", refresh_tick, 30, dev)[0]["status"] == "SUCCESS"
+    # The first (the daily grain, upstream of the rest) runs through the daemon and succeeds;
+    # the others queue behind it on the writer tag.
+    first = by_key[expected[0]].dagster_run
+    assert "fct_daily_revenue" in {k.to_user_string() for k in first.asset_selection or []}
+    succeeded(dev, first.run_id)
+
+
+def _end(rec: dg.RunRecord, d: Dev) -> float:
+    done = succeeded(d, rec.dagster_run.run_id)
+    assert done.end_time is not None
+    return done.end_time

@@ -1,0 +1,243 @@
+"""The batch driver and refresh sensors evaluated for real against a real instance.
+
+Plans come from the project's planner and are approved and started as in production; runs the
+sensor must notice (a daily run in progress, a failed batch, an overrunning batch) are real runs
+of the project's jobs, created in the instance and moved through their lifecycle by the same
+events a run worker reports. The sensors' clock is fixed; run timestamps are real or explicit.
+"""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from backfill_assets.constants import (
+    BATCH_TAG,
+    PARTITION_RANGE_END_TAG,
+    PARTITION_RANGE_START_TAG,
+    PLAN_ID_TAG,
+    ROLE_DAILY,
+    ROLE_TAG,
+    WRITER_TAG,
+)
+from backfill_assets.definitions import BACKFILLABLE_TABLES, TABLE_DEFINITIONS
+from backfill_assets.defs.driver import (
+    DRIVER_SENSOR,
+    REFRESH_SENSOR,
+    START_JOB,
+    driver_definitions,
+    refresh_run_requests,
+    start_plan,
+)
+from backfill_assets.service.executor import execute_plan
+from backfill_assets.service.plans import PLAN_KEY, latest_plan_record
+from tests.conftest import make_plan
+
+UTC = dt.UTC
+WINDOW = "02:00-05:00"  # UTC; the daily run's slot is 00:30-01:45 UTC
+INSIDE = dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+OUTSIDE = dt.datetime(2026, 12, 1, 11, 3, tzinfo=UTC)
+BEGUN = INSIDE - dt.timedelta(minutes=10)  # when runs created by these tests started
+
+
+def sensor(name: str, now: dt.datetime) -> dg.SensorDefinition:
+    built = driver_definitions(BACKFILLABLE_TABLES, TABLE_DEFINITIONS, clock=lambda: now)
+    return next(s for s in built.sensors or [] if s.name == name)
+
+
+def tick(defs, instance, now: dt.datetime, name: str = DRIVER_SENSOR, cursor: str | None = None):
+    context = dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor)
+    return sensor(name, now).evaluate_tick(context)
+
+
+def started_run(
+    defs, instance, job: str, tags: dict[str, str], at: dt.datetime = BEGUN, run_config=None
+):
+    """A run of a project job, created and reported started at `at` the way a run worker
+    reports it (an explicit start keeps the run's timeline on the sensors' fixed clock)."""
+    run = instance.create_run_for_job(defs.resolve_job_def(job), tags=tags, run_config=run_config)
+    start = dg.DagsterEvent(dg.DagsterEventType.RUN_START.value, job_name=job)
+    instance.report_dagster_event(start, run_id=run.run_id, timestamp=at.timestamp())
+    return instance.get_run_by_id(run.run_id)
+
+
+def batch_run_tags(plan, index: int) -> dict[str, str]:
+    return {PLAN_ID_TAG: plan.plan_id, BATCH_TAG: str(index), WRITER_TAG: plan.target}
+
+
+@pytest.fixture
+def plan(defs, instance, history):
+    """An approved, started plan of 2026-01-03..2026-01-17 (3 batches) in window 02:00-05:00."""
+    p = make_plan(defs, instance, history, "2026-01-03", "2026-01-17", window=WINDOW)
+    start_plan(instance, p.plan_id, "tests", dt.datetime.now(UTC))
+    return p
+
+
+def test_inside_the_window_the_driver_requests_batch_one_with_plan_batch_and_range_tags(
+    defs, instance, plan
+):
+    result = tick(defs, instance, INSIDE)
+    (req,) = result.run_requests or []
+    assert req.job_name == "orders_daily__shadow_job"
+    assert req.run_key == f"{plan.plan_id}-batch-1-attempt-1"
+    assert req.tags[PLAN_ID_TAG] == plan.plan_id
+    assert req.tags[BATCH_TAG] == "1"
+    assert req.tags[WRITER_TAG] == "orders_daily"
+    assert req.tags[PARTITION_RANGE_START_TAG] == "2026-01-03"
+    assert req.tags[PARTITION_RANGE_END_TAG] == "2026-01-04"
+
+
+def test_outside_the_window_the_tick_skips_and_records_why(defs, instance, plan):
+    result = tick(defs, instance, OUTSIDE)
+    assert not result.run_requests
+    assert f"plan {plan.plan_id}: outside window 02:00-05:00 UTC (now 11:03)" in (
+        result.skip_message or ""
+    )
+
+
+def test_a_daily_run_in_progress_holds_the_batch_inside_the_window(defs, instance, plan):
+    daily = started_run(
+        defs,
+        instance,
+        "orders_daily_job",
+        {WRITER_TAG: "orders_daily", ROLE_TAG: ROLE_DAILY, "dagster/partition": "2026-01-21"},
+    )
+    assert daily.status == dg.DagsterRunStatus.STARTED
+    result = tick(defs, instance, INSIDE)
+    assert not result.run_requests
+    assert f"daily run {daily.run_id[:8]} (daily, started) in progress" in (
+        result.skip_message or ""
+    )
+
+
+def test_run_keys_are_deterministic_and_a_launched_batch_is_never_requested_twice(
+    defs, instance, plan
+):
+    first = tick(defs, instance, INSIDE).run_requests or []
+    again = tick(defs, instance, INSIDE).run_requests or []
+    assert [r.run_key for r in first] == [r.run_key for r in again]
+    # The daemon created the run (it is now in progress): the next tick requests nothing.
+    run = started_run(defs, instance, "orders_daily__shadow_job", batch_run_tags(plan, 1))
+    result = tick(defs, instance, INSIDE)
+    assert not result.run_requests
+    assert f"run {run.run_id[:8]} (batch 1, started) of this plan in progress" in (
+        result.skip_message or ""
+    )
+
+
+def test_after_batch_one_passed_its_gates_the_driver_requests_batch_two(defs, instance, plan):
+    reports = execute_plan(
+        defs, instance, BACKFILLABLE_TABLES, plan.plan_id, clock=lambda: INSIDE, max_batches=1
+    )
+    assert [r.status for r in reports] == ["passed"]
+    (req,) = tick(defs, instance, INSIDE).run_requests or []
+    assert req.run_key == f"{plan.plan_id}-batch-2-attempt-1"
+    assert req.tags[PARTITION_RANGE_START_TAG] == "2026-01-05"
+
+
+def test_a_failed_batch_halts_the_plan_until_it_is_started_again_as_a_new_attempt(
+    defs, instance, plan
+):
+    run = started_run(defs, instance, "orders_daily__shadow_job", batch_run_tags(plan, 1))
+    instance.report_run_failed(run)
+    halted = tick(defs, instance, INSIDE)
+    assert not halted.run_requests
+    assert "batch 1 (2026-01-03..2026-01-04) failed before its gates passed: halted" in (
+        halted.skip_message or ""
+    )
+    start_plan(instance, plan.plan_id, "tests", dt.datetime.now(UTC))
+    (req,) = tick(defs, instance, INSIDE).run_requests or []
+    assert req.run_key == f"{plan.plan_id}-batch-1-attempt-2"
+
+
+def test_an_approved_plan_is_driven_only_after_the_start_job_ran(defs, instance, history):
+    plan = make_plan(defs, instance, history, "2026-01-03", "2026-01-17", window=WINDOW)
+    waiting = tick(defs, instance, INSIDE)
+    assert not waiting.run_requests
+    assert "approved but not started" in (waiting.skip_message or "")
+    result = defs.resolve_job_def(START_JOB).execute_in_process(
+        instance=instance,
+        run_config={"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}},
+    )
+    assert result.success
+    assert [r.run_key for r in tick(defs, instance, INSIDE).run_requests or []] == [
+        f"{plan.plan_id}-batch-1-attempt-1"
+    ]
+
+
+def test_the_start_job_refuses_a_plan_that_is_not_approved(defs, instance):
+    result = defs.resolve_job_def(START_JOB).execute_in_process(
+        instance=instance,
+        run_config={"ops": {"start_backfill_plan": {"config": {"plan_id": "p0000000000"}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+
+
+def test_an_overrun_is_recorded_once_on_the_plan_status_and_the_plan_stays_started(
+    defs, instance, plan
+):
+    # Batch 1 started at 00:00 and still runs at 00:40, after the daily slot began at 00:30.
+    run = started_run(
+        defs,
+        instance,
+        "orders_daily__shadow_job",
+        batch_run_tags(plan, 1),
+        at=dt.datetime(2026, 12, 1, 0, 0, tzinfo=UTC),
+    )
+    now = dt.datetime(2026, 12, 1, 0, 40, tzinfo=UTC)
+    result = tick(defs, instance, now)
+    assert not result.run_requests
+    assert f"overrun: run {run.run_id[:8]} (batch 1, started)" in (result.skip_message or "")
+    record = latest_plan_record(instance, plan.plan_id) or {}
+    assert record["overrun"]["run_id"] == run.run_id
+    assert record["overrun"]["hold_until"] == "2026-12-01T02:00:00+00:00"
+    assert record["driving"] is True
+    records_before = _plan_records(instance, plan.plan_id)
+    tick(defs, instance, now)
+    assert _plan_records(instance, plan.plan_id) == records_before  # recorded once
+
+
+def _plan_records(instance, plan_id: str) -> int:
+    return len(
+        instance.fetch_materializations(
+            dg.AssetRecordsFilter(asset_key=PLAN_KEY, asset_partitions=[plan_id]), limit=100
+        ).records
+    )
+
+
+def test_refresh_requests_cover_the_impact_set_one_run_per_grain_upstream_first(defs, plan):
+    reqs = refresh_run_requests(plan, defs.resolve_asset_graph(), "swaprun1")
+    assert [r.run_key for r in reqs] == [
+        f"{plan.plan_id}-refresh-swaprun1-{i}" for i in range(1, len(reqs) + 1)
+    ]
+    selected = [{k.to_user_string() for k in r.asset_selection or []} for r in reqs]
+    assert set().union(*selected) == {i.asset_key for i in plan.impact}
+    assert "fct_daily_revenue" in selected[0]  # the daily grain before the weekly one
+    assert all(r.tags[PLAN_ID_TAG] == plan.plan_id for r in reqs)
+    assert all(r.tags[WRITER_TAG] == "orders_daily" for r in reqs)
+    daily = reqs[0].tags
+    assert (daily[PARTITION_RANGE_START_TAG], daily[PARTITION_RANGE_END_TAG]) == (
+        "2026-01-03",
+        "2026-01-17",
+    )
+
+
+def test_the_refresh_sensor_leaves_a_swap_run_in_process_to_its_caller(defs, instance, plan):
+    # The CLI swaps in-process and refreshes right after; a second refresh would race it.
+    swap = started_run(
+        defs,
+        instance,
+        "orders_daily__swap_job",
+        {WRITER_TAG: "orders_daily", ROLE_TAG: "swap"},
+        at=dt.datetime.now(UTC),
+        run_config={"ops": {"orders_daily__swap": {"config": {"plan_id": plan.plan_id}}}},
+    )
+    success = dg.DagsterEvent(dg.DagsterEventType.RUN_SUCCESS.value, job_name=swap.job_name)
+    instance.report_dagster_event(success, run_id=swap.run_id)
+    result = tick(defs, instance, dt.datetime.now(UTC), name=REFRESH_SENSOR)
+    assert not result.run_requests
+    assert f"swap run {swap.run_id[:8]} ran in-process" in (result.skip_message or "")
+    assert result.cursor  # the next tick starts after this run
+    later = tick(defs, instance, dt.datetime.now(UTC), name=REFRESH_SENSOR, cursor=result.cursor)
+    assert "no swap or rollback run succeeded" in (later.skip_message or "")
