@@ -222,6 +222,22 @@ def cmd_run(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_start(a: argparse.Namespace) -> int:
+    from backfill_assets.defs.driver import start_plan
+
+    _, _, instance, _ = _context()
+    print(start_plan(instance, _plan_id_arg(a.plan), a.by or os.environ.get("USER", "cli"), _now()))
+    return 0
+
+
+def cmd_pause(a: argparse.Namespace) -> int:
+    from backfill_assets.defs.driver import pause_plan
+
+    _, _, instance, _ = _context()
+    print(pause_plan(instance, _plan_id_arg(a.plan), a.by or os.environ.get("USER", "cli")))
+    return 0
+
+
 def cmd_status(a: argparse.Namespace) -> int:
     import json
 
@@ -416,6 +432,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--batches", type=int, help="run at most this many batches now")
     s.set_defaults(func=cmd_run)
+
+    for name, fn, text in (
+        ("start", cmd_start, "let the daemon's batch driver run an approved plan in its window"),
+        ("pause", cmd_pause, "stop the batch driver from launching further batches of a plan"),
+    ):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("plan", help="plan id or plan file")
+        s.add_argument("--by", help="who (default: $USER)")
+        s.set_defaults(func=fn)
 
     s = sub.add_parser("status", help="where a plan stands: batches, gates, swap")
     s.add_argument("plan")

@@ -238,3 +238,22 @@ def test_the_launchpad_planning_job_records_a_proposed_plan_with_markdown(
     assert latest_plan_record(instance, plan_id)["status"] == "approved"  # type: ignore[index]
     mats = instance.fetch_materializations(dg.AssetKey("backfill_plans"), limit=10).records
     assert {m.partition_key for m in mats} == {plan_id}
+
+
+def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_paused(
+    defs, instance, history, capsys, monkeypatch
+):
+    import backfill_assets.cli as cli
+    from tests.conftest import NOW, make_plan
+
+    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")
+    assert main(["start", plan.plan_id]) == 0
+    assert "backfill_batch_driver launches its next batch" in capsys.readouterr().out
+    assert main(["run", plan.plan_id]) == 2
+    assert "being driven by the daemon" in capsys.readouterr().err
+    assert instance.get_runs() == [] or all(
+        "backfill_assets/batch" not in r.tags for r in instance.get_runs()
+    )
+    assert main(["pause", plan.plan_id]) == 0
+    assert main(["run", plan.plan_id]) == 0

@@ -49,6 +49,7 @@ from backfill_assets.service.gating import FAILED, gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.plans import (
     APPROVED,
+    DRIVING,
     latest_plan_record,
     load_plan,
     plan_statuses,
@@ -67,7 +68,6 @@ REFRESH_INTERVAL_SECONDS = 15
 
 # Fields of a plan's status record that say whether (and since when) the driver runs it. They are
 # carried forward whenever the driver records the plan again (e.g. an overrun).
-DRIVING = "driving"
 STARTED_AT = "started_at"
 STARTED_BY = "started_by"
 OVERRUN = "overrun"

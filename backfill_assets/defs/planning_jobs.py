@@ -82,7 +82,10 @@ def planning_definitions(tables: Mapping[str, object]) -> dg.Definitions:
         )
         return plan.plan_id
 
-    @dg.op(description="Approve a proposed plan: from now on the batch driver may run it.")
+    @dg.op(
+        description="Approve a proposed plan. Nothing runs yet: start it with "
+        "start_backfill_plan_job (the daemon's batch driver) or `backfill-assets run`."
+    )
     def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -> str:
         plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
         status = approve_plan(context.instance, plan, config.approved_by)

@@ -31,7 +31,7 @@ from backfill_assets.lib.planning.windows import parse_window
 from backfill_assets.service.gating import PASSED, gate_states
 from backfill_assets.service.guards import refuse_if_daily_in_progress
 from backfill_assets.service.history import ROWS_TAG
-from backfill_assets.service.plans import APPROVED, load_plan
+from backfill_assets.service.plans import APPROVED, DRIVING, latest_plan_record, load_plan
 from backfill_assets.service.runs import run_job
 from backfill_assets.table import BackfillableTable
 
@@ -194,7 +194,24 @@ def execute_plan(
             f"plan {plan_id} targets {plan.target}, which this code location "
             "does not declare backfillable"
         )
+    if (latest_plan_record(instance, plan_id) or {}).get(DRIVING):
+        raise ExecutionRefused(
+            f"plan {plan_id} is being driven by the daemon's batch driver; pause it "
+            f"(`backfill-assets pause {plan_id}`) before running batches from here"
+        )
     reap_dead_runs(instance, plan_id)
+    busy = instance.get_runs(
+        filters=dg.RunsFilter(
+            tags={PLAN_ID_TAG: plan_id},
+            statuses=[*_UNFINISHED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.CANCELING],
+        ),
+        limit=1,
+    )
+    if busy:
+        raise ExecutionRefused(
+            f"run {busy[0].run_id[:8]} of plan {plan_id} is still {busy[0].status.value.lower()}"
+            "; wait for it to finish (a plan runs one batch at a time)"
+        )
     reports: list[BatchReport] = []
     ran = 0
     here = {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}

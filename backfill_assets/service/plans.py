@@ -29,6 +29,8 @@ ROLLED_BACK = "rolled_back"
 RELEASED = "released"
 ABANDONED = "abandoned"
 ACTIVE_STATUSES = frozenset({APPROVED, SWAPPED})
+# Set on an approved plan's record while the daemon's batch driver runs it (start/pause).
+DRIVING = "driving"
 
 
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:

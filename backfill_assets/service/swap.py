@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import dagster as dg
@@ -201,9 +200,3 @@ def _topo_key(defs: dg.Definitions):
         for i, k in enumerate(defs.resolve_asset_graph().toposorted_asset_keys)
     }
     return lambda r: min(order.get(k, 0) for k in r.asset_keys)
-
-
-def tables_by_key(tables: Mapping[str, BackfillableTable], key: str) -> BackfillableTable:
-    if key not in tables:
-        raise SwapRefused(f"{key} is not a declared backfillable table ({sorted(tables)})")
-    return tables[key]

@@ -28,7 +28,6 @@ class GateOutcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-
 def row_count_outcome(
     criteria: Criteria,
     day: dt.date,
