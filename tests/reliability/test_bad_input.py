@@ -236,8 +236,16 @@ def test_predicate_escape_attempts_are_refused_on_every_path_to_sql(env, capsys,
     with pytest.raises(InvalidInput, match="predicate"):
         validate_predicate(predicate, SPEC.column_names)
     with pytest.raises(InvalidInput, match="predicate"):
-        env.wh.invariant_violations(
-            SPEC, dt.date(2026, 1, 5), dt.date(2026, 1, 6), {"evil": predicate}
+        env.wh.gate_inputs(
+            SPEC,
+            dt.date(2026, 1, 5),
+            dt.date(2026, 1, 6),
+            plan_id="p",
+            sample_size=10,
+            unchanged=(),
+            changed_predicates={},
+            invariants={"evil": predicate},
+            full_compare=False,
         )
     _unchanged(env, f"predicate {case} to the warehouse", before)
 

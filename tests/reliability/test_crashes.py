@@ -232,8 +232,18 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
         "1": ["SUCCESS"],
         "2": ["FAILURE", "SUCCESS"],
     }
-    dupes = history.duplicate_keys(SPEC, plan.start, plan.end_exclusive)
-    assert sum(dupes.values()) == 0
+    facts = history.gate_inputs(
+        SPEC,
+        plan.start,
+        plan.end_exclusive,
+        plan_id=plan.plan_id,
+        sample_size=1,
+        unchanged=(),
+        changed_predicates={},
+        invariants={},
+        full_compare=False,
+    )
+    assert sum(facts.duplicates.values()) == 0
     expect_target("batch killed mid-write, rerun", _history(history), old)
     _swap_then_rollback("batch killed mid-write", instance, history, plan, old)
 

@@ -67,31 +67,7 @@ class Warehouse(Protocol):
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> PartitionStats: ...
 
-    def source_counts(
-        self, spec: TableSpec, start: dt.date, end: dt.date
-    ) -> dict[dt.date, int]: ...
-
-    def duplicate_keys(
-        self, spec: TableSpec, start: dt.date, end: dt.date
-    ) -> dict[dt.date, int]: ...
-
-    def sample_diff(
-        self,
-        spec: TableSpec,
-        day: dt.date,
-        *,
-        size: int,
-        seed: str,
-        unchanged: tuple[str, ...],
-        changed_predicates: dict[str, str],
-        full_compare: bool,
-    ) -> SampleDiff: ...
-
     def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> Any: ...
-
-    def invariant_violations(
-        self, spec: TableSpec, start: dt.date, end: dt.date, predicates: dict[str, str]
-    ) -> dict[dt.date, dict[str, int]]: ...
 
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False

@@ -32,12 +32,11 @@ from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SU
 from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import PartitionStats, SampleDiff, SwapResult
+from backfill_assets.lib.warehouse.base import PartitionStats, SwapResult
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
     validate_ident,
-    validate_predicate,
 )
 
 M = METADATA_SCHEMA
@@ -340,140 +339,11 @@ class DuckDBWarehouse:
             ).fetchone()[0]  # type: ignore[index]
         )
 
-    def source_counts(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]:
-        if spec.source is None:
-            return {}
-        pc = quote_ident(spec.source.partition_column)
-        out = {start + dt.timedelta(days=i): 0 for i in range((end - start).days)}
-        with self.connect(read_only=True) as con:
-            rows = con.execute(
-                f"SELECT {pc}, count(*) FROM {quote_ident(spec.source.table)} "
-                f"WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
-                {"s": start, "e": end},
-            ).fetchall()
-        for day, n in rows:
-            out[day] = n
-        return out
-
-    def duplicate_keys(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, int]:
-        """Rows in the shadow beyond the first for each primary key, per partition."""
-        pc = quote_ident(spec.partition_column)
-        pk = column_list(spec.primary_key)
-        out = {start + dt.timedelta(days=i): 0 for i in range((end - start).days)}
-        with self.connect(read_only=True) as con:
-            rows = con.execute(
-                f"SELECT {pc}, sum(n - 1) FROM (SELECT {pc}, count(*) AS n "
-                f"FROM {quote_ident(spec.shadow_name)} WHERE {pc} >= $s AND {pc} < $e "
-                f"GROUP BY {pc}, {pk} HAVING count(*) > 1) GROUP BY ALL",
-                {"s": start, "e": end},
-            ).fetchall()
-        for day, n in rows:
-            out[day] = int(n)
-        return out
-
-    def sample_diff(
-        self,
-        spec: TableSpec,
-        day: dt.date,
-        *,
-        size: int,
-        seed: str,
-        unchanged: tuple[str, ...],
-        changed_predicates: dict[str, str],
-        full_compare: bool,
-    ) -> SampleDiff:
-        """Compare a reproducible sample of shadow rows of `day` with the live target."""
-        pc = quote_ident(spec.partition_column)
-        pk = [quote_ident(c) for c in spec.primary_key]
-        for c in unchanged:
-            validate_ident(c, "unchanged column")
-        preds = {k: validate_predicate(v, spec.column_names) for k, v in changed_predicates.items()}
-        shadow, live = quote_ident(spec.shadow_name), quote_ident(spec.name)
-        join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = $d"
-        # Predicates are validated expressions evaluated over the shadow row alone.
-        pred_cols = "".join(
-            f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values())
-        )
-        with_sample = (
-            f"WITH s AS (SELECT *{pred_cols} FROM {shadow} WHERE {pc} = $d "
-            f"ORDER BY hash({', '.join(pk)}, $seed) LIMIT $n) "
-        )
-        missing = f"t.{pk[0]} IS NULL"
-        differs = [f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)}" for c in unchanged]
-        aggs = ["count(*)", f"count(*) FILTER (WHERE {missing})"]
-        aggs += [f"count(*) FILTER (WHERE NOT {missing} AND {d})" for d in differs]
-        aggs += [f"count(*) FILTER (WHERE NOT __ok{i})" for i in range(len(preds))]
-        params = {"d": day, "seed": seed, "n": size}
-        shown = ", ".join(f"s.{quote_ident(c)}" for c in spec.column_names)
-        shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
-        bad = " OR ".join([missing, *differs, *(f"NOT __ok{i}" for i in range(len(preds)))])
-        with self.connect(read_only=True) as con:
-            agg = con.execute(
-                f"{with_sample} SELECT {', '.join(aggs)} FROM s LEFT JOIN {live} t ON {join}",
-                params,
-            ).fetchone()
-            assert agg is not None
-            cur = con.execute(
-                f"{with_sample} SELECT {shown} FROM s LEFT JOIN {live} t ON {join} WHERE {bad} "
-                f"ORDER BY {', '.join('s.' + k for k in pk)} LIMIT 20",
-                params,
-            )
-            names = [d[0] for d in cur.description]
-            rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-            fingerprint_equal = None
-            if full_compare and unchanged:
-                fp_cols = column_list((*spec.primary_key, *unchanged))
-                fp = con.execute(
-                    f"SELECT (SELECT bit_xor(hash({fp_cols})) FROM {shadow} WHERE {pc} = $d), "
-                    f"(SELECT bit_xor(hash({fp_cols})) FROM {live} WHERE {pc} = $d)",
-                    {"d": day},
-                ).fetchone()
-                assert fp is not None
-                fingerprint_equal = fp[0] == fp[1]
-        n_unch = len(unchanged)
-        sampled, missing_n = int(agg[0]), int(agg[1])
-        mismatches = {c: int(agg[2 + i]) for i, c in enumerate(unchanged)}
-        violations = {name: int(agg[2 + n_unch + i]) for i, name in enumerate(preds)}
-        return SampleDiff(
-            sampled=sampled,
-            missing_in_target=missing_n,
-            mismatches=mismatches,
-            predicate_violations=violations,
-            fingerprint_equal=fingerprint_equal,
-            rows=[{k: _plain(v) for k, v in r.items()} for r in rows],
-        )
-
     def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> Any:
         """Everything a batch's gates need, in a few set-based queries (see duckdb_gates)."""
         from backfill_assets.lib.warehouse.duckdb_gates import gate_inputs
 
         return gate_inputs(self, spec, start, end, **kw)
-
-    def invariant_violations(
-        self, spec: TableSpec, start: dt.date, end: dt.date, predicates: dict[str, str]
-    ) -> dict[dt.date, dict[str, int]]:
-        """Rows of the shadow that break each invariant, per partition, in one scan."""
-        out: dict[dt.date, dict[str, int]] = {
-            start + dt.timedelta(days=i): dict.fromkeys(predicates, 0)
-            for i in range((end - start).days)
-        }
-        if not predicates:
-            return out
-        names = list(predicates)
-        exprs = [
-            f"count(*) FILTER (WHERE NOT coalesce(({validate_predicate(predicates[n], spec.column_names)}), false))"  # noqa: E501
-            for n in names
-        ]
-        pc = quote_ident(spec.partition_column)
-        with self.connect(read_only=True) as con:
-            rows = con.execute(
-                f"SELECT {pc}, {', '.join(exprs)} FROM {quote_ident(spec.shadow_name)} "
-                f"WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
-                {"s": start, "e": end},
-            ).fetchall()
-        for row in rows:
-            out[row[0]] = {n: int(row[1 + i]) for i, n in enumerate(names)}
-        return out
 
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
@@ -780,14 +650,6 @@ def _runs(days: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
 
 def _fmt_days(days: list[str]) -> str:
     return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, dt.datetime | dt.date):
-        return v.isoformat()
-    if v is None or isinstance(v, bool | int | float | str):
-        return v
-    return str(v)
 
 
 def load_plain_partitions(
