@@ -88,6 +88,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     build_graph_s = time.perf_counter() - t0
     dagster_s, plan_s = [], []
     plan = None
+    down: Any = ()
     for _ in range(max(3, ctx.repeats)):
         t0 = time.perf_counter()
         down = dg.AssetSelection.assets(TARGET).downstream(include_self=False).resolve(graph)
