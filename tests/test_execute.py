@@ -185,7 +185,10 @@ def test_a_failed_sample_gate_shows_the_mismatching_rows(defs, instance, history
     runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=1)
     failure = next(f for f in run_failures(instance, runs[0].run_id) if f.gate == "sample_gate")
     assert failure.metadata["mismatch_rate"] > 0
-    assert "gross_amount" in failure.metadata["mismatching_rows"]  # a Markdown table of rows
+    table = failure.metadata["mismatching_rows"]  # a Markdown table: key, then what is wrong
+    header = table.splitlines()[0]
+    assert "gross_amount" in header and "target_gross_amount" in header
+    assert "customer_id" not in header  # columns that match are left out
 
 
 def test_re_running_a_halted_plan_after_the_fix_redoes_only_what_did_not_pass(

@@ -263,6 +263,9 @@ def _meta(metadata: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rows_markdown(rows: list[dict[str, Any]]) -> str:
-    cols = list(rows[0])
+    cols = list(dict.fromkeys(c for r in rows for c in r))  # rows differ in what is wrong
     head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n"
-    return head + "".join("| " + " | ".join(str(r.get(c)) for c in cols) + " |\n" for r in rows)
+    return head + "".join(
+        "| " + " | ".join("" if r.get(c) is None else str(r[c]) for c in cols) + " |\n"
+        for r in rows
+    )

@@ -149,7 +149,7 @@ def gate_inputs(
             t[2 + len(unchanged) + i] += f
         if (missing_row or any(diffs) or any(fails)) and len(bad_rows[day]) < MAX_ROWS_SHOWN:
             bad_rows[day].append(
-                {k: _plain(v) for k, v in zip(shown_names, row[: len(shown_names)], strict=True)}
+                _why(spec, shown_names, row, missing_row, diffs, fails, unchanged, tuple(preds))
             )
 
     shadow_rows = dict.fromkeys(days, 0)
@@ -188,6 +188,34 @@ def gate_inputs(
             rows=bad_rows.get(day, []),
         )
     return GateInputs(shadow_rows, target_rows, source_rows, duplicates, inv_counts, samples)
+
+
+def _why(
+    spec: TableSpec,
+    names: list[str],
+    row: tuple,
+    missing: bool,
+    diffs: list[bool],
+    fails: list[bool],
+    unchanged: tuple[str, ...],
+    changed: tuple[str, ...],
+) -> dict[str, Any]:
+    """A failing sampled row as a reviewer reads it: its key, then only what is wrong (a
+    differing column next to the target's value, a changed column that breaks its rule)."""
+    value = dict(zip(names, row, strict=False))
+    out: dict[str, Any] = {c: _plain(value[c]) for c in (*spec.primary_key, spec.partition_column)}
+    if missing:
+        out["problem"] = "key not in target"
+    for c, d in zip(unchanged, diffs, strict=True):
+        if d:
+            out[c] = _plain(value[c])
+            out[f"target_{c}"] = _plain(value[f"target_{c}"])
+    for c, f in zip(changed, fails, strict=True):
+        if f:
+            out[c] = _plain(value[c])
+            rule = f"{c} breaks its rule"
+            out["problem"] = f"{out['problem']}; {rule}" if "problem" in out else rule
+    return out
 
 
 def _fp_equal(full_compare: bool, unchanged: tuple[str, ...], a: Any, b: Any) -> bool | None:
