@@ -22,6 +22,11 @@ HISTORY_END = dt.date(2026, 1, 21)  # inclusive: 3 ISO weeks (2026-W01 starts Mo
 ROWS_PER_DAY = 300
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    # For the browser tests in tests/ui (`make screenshots`); options must be declared here.
+    parser.addoption("--screenshots", metavar="DIR", help="save the UI tests' screenshots in DIR")
+
+
 @pytest.fixture(scope="session")
 def defs() -> dg.Definitions:
     from backfill_assets.definitions import defs as project_defs

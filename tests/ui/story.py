@@ -1,0 +1,184 @@
+"""The state the browser tests look at, and the `dagster dev` that serves it.
+
+Everything is seeded in the test process *before* the server starts, the way
+tests/test_execute.py does it: ~3 weeks of source data, the target's history written by the buggy
+v1 logic, one plan planned and approved, a restated source day planted under it, and the plan
+executed in-process until its sample gate fails (batch 1 passed, batch 2 failed, batch 3 never
+ran). From then on only runs launched by the server write the warehouse: DuckDB allows one
+writing process per file, so the test process writes again only while no run is in progress.
+
+The server is started like tests/e2e/test_daemon.py starts it, with that module's helpers: its
+own DAGSTER_HOME holding a copy of the project's dagster.yaml (writer tag limit 1, writer pool
+1, telemetry and the "nux" pop-up off), its own DuckDB file, a new session with SIGINT restored,
+a bounded wait for /server_info, SIGTERM to the process group then SIGKILL after a bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+from backfill_assets.defs.driver import DRIVER_SENSOR
+from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.errors import GateFailed
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.seed import land_days
+from backfill_assets.lib.planning.build import PlanRequest
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.executor import execute_plan
+from backfill_assets.service.planner import plan_backfill
+from backfill_assets.service.plans import approve_plan
+
+# The `dagster dev` helpers of the daemon end-to-end tests, shared rather than copied.
+from tests.e2e.test_daemon import (
+    REPO,
+    STARTUP_TIMEOUT_S,
+    WEEKLY_REFRESH_SENSOR,
+    Dev,
+    _answers,
+    _default_sigint,
+    _free_port,
+    _sensor_ticks,
+    _stop,
+    stop_sensor,
+    wait_for,
+    window_around,
+)
+
+ROWS_PER_DAY = 200
+# One order in ten of the restated day gets another amount, a column the criteria declare
+# unchanged (tests/test_execute.py's "changed_unchanged_column" corruption).
+CORRUPTION_SQL = (
+    "update raw_orders set amount = amount + 1 where order_date = $d and order_id % 10 = 0"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Story:
+    """The running server and the seeded state the tests look at."""
+
+    dev: Dev
+    plan: BackfillPlan
+    bad_day: dt.date  # in batch 2; its sample gate failed
+    daily_day: dt.date  # a landed day outside the plan's weeks, for the daily run a test launches
+
+    def url(self, path: str) -> str:
+        return f"{self.dev.url}{path}"
+
+
+def plan_three_batches(
+    instance: dg.DagsterInstance, warehouse: Path, today: dt.date
+) -> BackfillPlan:
+    """Three batches: the Saturday-Sunday ending an ISO week, the next whole week and the
+    Monday-Tuesday after it. The window is open now and the daily run is pretended to be due
+    12 h from now (as tests/e2e does), so the driver may run batches whatever the time of day."""
+    now = dt.datetime.now(dt.UTC)
+    day = today - dt.timedelta(days=19)
+    monday = day - dt.timedelta(days=day.weekday())
+    start, end = monday - dt.timedelta(days=2), monday + dt.timedelta(days=8)
+    daily_at = (now + dt.timedelta(hours=12)).time().replace(second=0, microsecond=0)
+    tables = {ORDERS.key: dataclasses.replace(ORDERS, daily_expected_start=daily_at)}
+    window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=2))
+    plan = plan_backfill(
+        PlanRequest(ORDERS.key, start.isoformat(), end.isoformat(), window, "UTC", "backup"),
+        asset_graph=defs.resolve_asset_graph(),
+        tables=tables,
+        instance=instance,
+        warehouse=DuckDBWarehouse(warehouse),
+        now=now,
+    )
+    assert [len(b.partitions) for b in plan.batches] == [2, 7, 2], plan.batches
+    return plan
+
+
+def seed(
+    instance: dg.DagsterInstance, warehouse: Path, today: dt.date
+) -> tuple[BackfillPlan, dt.date, dt.date]:
+    """Land the history, plan, approve, plant the corruption, run until the gate fails."""
+    first, last = today - dt.timedelta(days=28), today - dt.timedelta(days=5)
+    land_days(defs, instance, first, last, ROWS_PER_DAY)
+    wh = DuckDBWarehouse(warehouse)
+    # The history as the buggy v1 logic wrote it (tests/conftest.py `history`): building it
+    # through the daily job and dbt would add a minute and show nothing more here.
+    wh.replace_partitions(
+        ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
+    )
+    plan = plan_three_batches(instance, warehouse, today)
+    approve_plan(instance, plan, "ui-tests")
+    bad_day = plan.batches[1].start + dt.timedelta(days=1)
+    wh.execute(CORRUPTION_SQL, {"d": bad_day})
+    with pytest.raises(GateFailed, match=f"{bad_day} sample_gate"):
+        execute_plan(
+            defs,
+            instance,
+            BACKFILLABLE_TABLES,
+            plan.plan_id,
+            clock=lambda: dt.datetime.now(dt.UTC),
+            log_level="WARNING",
+        )
+    # The last landed day is in a later ISO week than the plan's last batch; 5 days old, it is
+    # past the daily sensor's lookback, so the daemon starts no daily run of its own.
+    return plan, bad_day, last
+
+
+@contextmanager
+def serve_story(tmp: Path) -> Iterator[Story]:
+    home = tmp / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    warehouse = tmp / "warehouse.duckdb"
+    today = dt.datetime.now(dt.UTC).date()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(home))
+        mp.setenv(WAREHOUSE_ENV, str(warehouse))
+        instance = dg.DagsterInstance.get()
+        plan, bad_day, daily_day = seed(instance, warehouse, today)
+        port = _free_port()
+        log = tmp / "dagster-dev.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("dagster")),
+                    "dev",
+                    "-w",
+                    str(REPO / "workspace.yaml"),
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                ],
+                cwd=REPO,
+                env=os.environ.copy(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_default_sigint,
+            )
+        dev = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
+        try:
+            wait_for("the webserver", lambda: _answers(dev.url), STARTUP_TIMEOUT_S, dev)
+            wait_for(
+                "the code location",
+                lambda: _sensor_ticks(dev, DRIVER_SENSOR) is not None,
+                STARTUP_TIMEOUT_S,
+                dev,
+            )
+            # As in tests/e2e: the weekly marts refresh after a daily run is tested on its own;
+            # here it would only hold the writer tag for a minute of dbt between two batches.
+            stop_sensor(dev, WEEKLY_REFRESH_SENSOR)
+            yield Story(dev, plan, bad_day, daily_day)
+        finally:
+            _stop(proc)
+            instance.dispose()

@@ -1,0 +1,376 @@
+"""The Dagster UI path, in a real browser: what a user reads and clicks, end to end.
+
+The tests share one server (tests/ui/conftest.py `story`) and run in file order, like a user's
+session: first they read the seeded state (lineage, gates, the plan), then they act on it by
+clicks (a refused swap; the fix, then the plan started and going around a daily run; the swap).
+Each one saves the screenshots docs/ui.md shows.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from playwright.sync_api import Locator, Page, ViewportSize, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
+from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_DAILY, ROLE_TAG
+from backfill_assets.definitions import defs
+from backfill_assets.defs.driver import DRIVER_SENSOR, START_JOB
+from backfill_assets.example.seed import land_days
+from backfill_assets.service.guards import IN_PROGRESS
+from tests.e2e.test_daemon import RUN_TIMEOUT_S, plan_runs, wait_for
+from tests.ui.story import ROWS_PER_DAY, Story
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+Shot = Callable[[Page, str], Path]
+LOCATION = "backfill_assets"
+RUN_URL = re.compile(r"/runs/([0-9a-f-]{36})")
+RUN_TIMEOUT_MS = RUN_TIMEOUT_S * 1000
+# Every asset of the example's lineage, and the groups the graph expands to show them.
+LINEAGE = (
+    "raw_orders",
+    "fx_rates",
+    "orders_daily",
+    "orders_daily__shadow",
+    "stg_orders",
+    "dim_customers",
+    "fct_daily_revenue",
+    "fct_weekly_revenue",
+)
+GROUPS = ("sources", "orders", "default")
+PLAN_SECTIONS = (
+    "1. Criteria (written first)",
+    "2. Downstream impact",
+    "3. Cost and contention",
+    "4. Batches",
+    "Rollback",
+    "Timeline",
+)
+SWAP_JOB, SWAP_OP = "orders_daily__swap_job", "orders_daily__swap"
+TALL = ViewportSize(width=1440, height=1300)
+
+
+# -- what a user does, in UI terms ---------------------------------------------------------------
+
+
+def open_launchpad(
+    page: Page, story: Story, job: str, config: str = "", partition: str = ""
+) -> None:
+    """Open a job's Launchpad, pick a partition and type the run config (YAML) by hand."""
+    page.goto(story.url(f"/locations/{LOCATION}/jobs/{job}/playground"))
+    if partition:
+        box = page.get_by_placeholder("Partition")
+        box.fill(partition)
+        box.press("Enter")
+        expect(box).to_have_value(partition)
+    if config:
+        page.locator(".CodeMirror").click()  # the config editor (CodeMirror; no test ids)
+        page.keyboard.press("Control+A")
+        page.keyboard.type(config)
+    expect(page.get_by_text("No errors", exact=True)).to_be_visible()
+
+
+def click_launch(page: Page) -> str:
+    """Click Launch Run; the UI opens the new run's page. Return its run id."""
+    page.bring_to_front()
+    page.get_by_role("button", name="Launch Run").click()
+    try:
+        page.wait_for_url(RUN_URL)
+    except PlaywrightTimeoutError:
+        pytest.fail(f"Launch Run opened no run page; the page says:\n{page.inner_text('body')}")
+    found = RUN_URL.search(page.url)
+    assert found is not None
+    return found.group(1)
+
+
+def run_status(page: Page, status: str) -> None:
+    """Wait for the run page's status tag (Queued, Started, Success, Failure...)."""
+    expect(page.get_by_text(status, exact=True).first).to_be_visible(timeout=RUN_TIMEOUT_MS)
+
+
+def filter_logs(page: Page, query: str) -> None:
+    box = page.get_by_placeholder(re.compile("^Filter"))
+    box.fill(query)
+    box.press("Enter")
+
+
+def section(page: Page, heading: str) -> Locator:
+    """The column under a heading of an asset's overview (e.g. "Upstream assets")."""
+    return page.get_by_text(heading, exact=True).locator("xpath=..")
+
+
+def metadata_row(page: Page, label: str) -> Locator:
+    """A row of the metadata table of an asset partition's latest materialization."""
+    return page.locator("tr", has=page.get_by_text(label, exact=True)).first
+
+
+def run_row(page: Page, run_id: str) -> Locator:
+    """A run's row in the runs list: the innermost element holding both its links (the id and
+    "View"); the list is a grid of divs without roles or test ids."""
+    link = f".//a[@href='/runs/{run_id}']"
+    return page.locator(f"xpath=//div[count({link})=2][not(.//div[count({link})=2])]")
+
+
+def graph_label(key: str) -> re.Pattern[str]:
+    """A node's label in the asset graph, which middle-truncates long ones at low zoom
+    ("orders_da…__shadow")."""
+    head, tail = re.escape(key[:9]), re.escape(key[-8:])
+    return re.compile(rf"^({re.escape(key)}|{head}…{tail})$")
+
+
+def plan_config(op: str, plan_id: str) -> str:
+    return f"ops: {{{op}: {{config: {{plan_id: {plan_id}}}}}}}"
+
+
+def status_of(story: Story, run_id: str) -> dg.DagsterRunStatus | None:
+    run = story.dev.instance.get_run_by_id(run_id)
+    return run.status if run else None
+
+
+def nothing_in_progress(story: Story) -> bool:
+    return not story.dev.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
+
+
+# -- 1. lineage ----------------------------------------------------------------------------------
+
+
+def test_the_lineage_shows_the_source_the_target_its_shadow_and_the_dbt_models(
+    story: Story, page: Page, shot: Shot
+):
+    expanded = ",".join(f"global@global:{g}" for g in GROUPS)
+    page.goto(story.url(f"/asset-groups?expanded={expanded}"))
+    for key in LINEAGE:
+        expect(page.get_by_text(graph_label(key)).filter(visible=True).first).to_be_visible()
+    shot(page, "ui-lineage")
+
+    # The edges, as each asset's overview lists them.
+    expected = {
+        "orders_daily": (
+            {"raw_orders", "fx_rates"},
+            {"orders_daily__shadow", "fct_daily_revenue", "stg_orders"},
+        ),
+        "orders_daily__shadow": ({"raw_orders", "fx_rates", "orders_daily"}, set()),
+        "fct_daily_revenue": ({"orders_daily"}, {"fct_weekly_revenue"}),
+        "stg_orders": ({"orders_daily"}, {"dim_customers"}),
+    }
+    for key, (upstream, downstream) in expected.items():
+        page.goto(story.url(f"/assets/{key}"))
+        for heading, keys in (("Upstream assets", upstream), ("Downstream assets", downstream)):
+            column = section(page, heading)
+            for k in keys:
+                expect(column.locator(f"a[href='/assets/{k}']")).to_be_visible()
+            hrefs = {a.get_attribute("href") for a in column.locator("a").all()}
+            assert hrefs == {f"/assets/{k}" for k in keys}, (key, heading)
+
+
+# -- 2. gates ------------------------------------------------------------------------------------
+
+
+def test_the_shadow_shows_each_gate_per_partition_and_a_failed_gates_mismatching_rows(
+    story: Story, page: Page, shot: Shot
+):
+    plan, bad = story.plan, story.bad_day.isoformat()
+    page.set_viewport_size(TALL)  # the failed partition's row is the 7th of the history
+    page.goto(story.url("/assets/orders_daily__shadow?view=checks"))
+    gates = {"row_count_gate": "Succeeded", "sample_gate": "Failed", "invariants_gate": "Succeeded"}
+    for gate, status in gates.items():
+        entry = page.locator("span", has=page.get_by_title(gate, exact=True)).first
+        expect(entry).to_contain_text(status)
+
+    page.goto(story.url("/assets/orders_daily__shadow?view=checks&checkDetail=sample_gate"))
+    page.get_by_role("tab", name="Execution history").click()
+    # One evaluation per partition of the batches that ran (1 and 2), newest first.
+    for day in (*plan.batches[0].partitions, *plan.batches[1].partitions):
+        row = page.locator("tr", has=page.get_by_text(day, exact=True))
+        expect(row.first).to_contain_text("Failed" if day == bad else "Passed")
+    failed = page.locator("tr", has=page.get_by_text(bad, exact=True)).first
+    expect(failed).to_contain_text("unchanged columns differ: gross_amount")
+    shot(page, "ui-gates")
+
+    failed.get_by_role("button").click()  # the row's metadata
+    metadata = page.get_by_role("dialog")
+    expect(metadata.locator("tr", has_text="mismatch_rate")).to_contain_text("0.1")
+    expect(metadata.locator("tr", has_text="sampled_rows")).to_contain_text("200")
+    shot(page, "ui-gate-failed-metadata")
+    metadata.get_by_text("[Show Markdown]").click()
+    # The sampled rows that differ: the key, then each differing column in the shadow and in the
+    # target (target_*).
+    table = page.locator("table", has=page.get_by_role("columnheader", name="target_gross_amount"))
+    expect(table.get_by_role("columnheader", name="gross_amount", exact=True)).to_be_visible()
+    rows = table.locator("tbody tr")
+    expect(rows.first).to_contain_text(bad)
+    assert rows.count() == 20  # 1 in 10 of the 200 orders of the day
+    shot(page, "ui-gate-failed-rows")
+
+
+# -- 3. the plan ---------------------------------------------------------------------------------
+
+
+def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(story: Story, page: Page, shot: Shot):
+    plan = story.plan
+    page.set_viewport_size(TALL)  # the whole plan, down to its timeline
+    page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
+    expect(metadata_row(page, "status")).to_contain_text("approved")
+    metadata_row(page, "plan_markdown").get_by_text("[Show Markdown]").click()
+    md = page.get_by_role("dialog")
+    expect(md.get_by_role("heading", level=1)).to_contain_text(
+        f"Backfill plan {plan.plan_id}: orders_daily {plan.start}..{plan.end}"
+    )
+    for heading in PLAN_SECTIONS:
+        expect(md.get_by_role("heading", name=heading)).to_be_visible()
+    for impacted in ("fct_daily_revenue", "fct_weekly_revenue", "stg_orders", "dim_customers"):
+        expect(md.get_by_role("cell", name=impacted)).to_be_visible()
+    for batch in plan.batches:
+        expect(md.get_by_role("cell", name=f"{batch.start}..{batch.end}")).to_be_visible()
+    shot(page, "ui-plan-markdown")
+
+
+# -- 4. a refused swap ---------------------------------------------------------------------------
+
+
+def test_a_swap_launched_from_the_launchpad_is_refused_while_a_gate_has_failed(
+    story: Story, page: Page, shot: Shot
+):
+    plan = story.plan
+    open_launchpad(page, story, SWAP_JOB, plan_config(SWAP_OP, plan.plan_id))
+    run_id = click_launch(page)
+    run_status(page, "Failure")
+    filter_logs(page, "type:STEP_FAILURE")
+    expect(page.get_by_text(f"plan {plan.plan_id} cannot be swapped").first).to_be_visible()
+    expect(page.get_by_text(f"{story.bad_day} sample_gate failed").first).to_be_visible()
+    shot(page, "ui-swap-refused")
+    assert status_of(story, run_id) == dg.DagsterRunStatus.FAILURE
+
+
+# -- 5. the fix, then the plan started from the UI, going around the daily run -------------------
+
+
+def test_a_plan_started_from_the_launchpad_runs_its_batches_around_the_daily_run(
+    story: Story, page: Page, shot: Shot
+):
+    dev, plan = story.dev, story.plan
+    # The fix, from this process: re-land the restated day from the source of truth. The
+    # server's runs write the same DuckDB file, so only while none is in progress.
+    wait_for("no run in progress", lambda: nothing_in_progress(story), RUN_TIMEOUT_S, dev)
+    land_days(defs, dev.instance, story.bad_day, story.bad_day, ROWS_PER_DAY)
+
+    # The daily run's Launchpad, ready in a second tab: its partition is a landed day outside
+    # the plan.
+    daily_page = page.context.new_page()
+    open_launchpad(daily_page, story, "orders_daily_job", partition=story.daily_day.isoformat())
+
+    # Start the plan (approving alone launches nothing); the batch driver then re-runs batch 2.
+    open_launchpad(page, story, START_JOB, plan_config("start_backfill_plan", plan.plan_id))
+    start_id = click_launch(page)
+    run_status(page, "Success")
+
+    def batch_holding_the_writer_slot() -> dg.DagsterRun | None:
+        for rec in plan_runs(dev, plan.plan_id):
+            run = rec.dagster_run
+            if run.tags.get(BATCH_TAG) == "2" and run.status in (
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ):
+                return run
+        return None
+
+    batch2 = wait_for("batch 2 to start", batch_holding_the_writer_slot, RUN_TIMEOUT_S, dev)
+    # A daily run launched now waits in the queue: the instance runs one writer at a time. (The
+    # other way round never happens: the driver submits no batch while a daily run is queued or
+    # running, so a batch is never the one queued behind a daily run; see below.)
+    daily_id = click_launch(daily_page)
+    page.goto(story.url("/runs"))
+    expect(run_row(page, daily_id)).to_contain_text("Queued")
+    batch_row = run_row(page, batch2.run_id)
+    expect(batch_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
+    expect(batch_row).to_contain_text(f"{BATCH_TAG}: 2")
+    expect(batch_row).to_contain_text(DRIVER_SENSOR[:12])  # launched by the driver sensor
+    shot(page, "ui-runs-queue")
+    run_row(page, daily_id).get_by_text("View queue criteria").click()
+    criteria = page.get_by_role("dialog")
+    expect(criteria).to_contain_text("backfill_assets/writer")
+    shot(page, "ui-queue-criteria")
+
+    # While the daily run runs, the driver launches no batch, and each tick says why.
+    wait_for(
+        "the daily run to start",
+        lambda: status_of(story, daily_id) == dg.DagsterRunStatus.STARTED,
+        2 * RUN_TIMEOUT_S,
+        dev,
+    )
+    waiting = f"daily run {daily_id[:8]} (daily, started) in progress; a batch never overlaps it"
+    page.goto(story.url(f"/locations/{LOCATION}/sensors/{DRIVER_SENSOR}"))
+
+    def latest_tick_says_it_waits() -> bool:
+        if status_of(story, daily_id) != dg.DagsterRunStatus.STARTED:
+            pytest.fail("the daily run ended before a driver tick saw it")
+        page.reload()
+        # The newest tick's result opens a dialog with the skip reason.
+        page.get_by_role("button", name=re.compile(r"^\d+ runs? requested$")).first.click()
+        tick = page.get_by_role("dialog")
+        expect(tick).to_contain_text(re.compile("Skip reason|Run requests|requested"))
+        if waiting in tick.inner_text():
+            return True
+        tick.get_by_role("button", name="Close").click()
+        return False
+
+    wait_for("a driver tick waiting for the daily run", latest_tick_says_it_waits, 60, dev)
+    shot(page, "ui-driver-waits")
+
+    # Once the daily run is done, batch 3 runs; every batch run is tagged with plan and batch.
+    def batches_passed() -> list[dg.RunRecord] | None:
+        recs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
+        done = [r for r in recs if r.dagster_run.status == dg.DagsterRunStatus.SUCCESS]
+        return done if {r.dagster_run.tags[BATCH_TAG] for r in done} == {"1", "2", "3"} else None
+
+    passed = wait_for("batches 2 and 3 to pass", batches_passed, 3 * RUN_TIMEOUT_S, dev)
+    page.goto(story.url(f"/runs?q%5B0%5D=tag%3A{PLAN_ID_TAG}%3D{plan.plan_id}"))
+    for rec in passed:
+        row = run_row(page, rec.dagster_run.run_id)
+        expect(row).to_contain_text(f"{BATCH_TAG}: {rec.dagster_run.tags[BATCH_TAG]}")
+        expect(row).to_contain_text("Success")
+    shot(page, "ui-batch-runs")
+
+    # The record behind the screenshots: the daily run was queued while batch 2 ran and started
+    # after it; batch 3 was created only after the daily run had finished.
+    instance = dev.instance
+    daily = instance.get_run_record_by_id(daily_id)
+    b2 = instance.get_run_record_by_id(batch2.run_id)
+    b3 = next(r for r in passed if r.dagster_run.tags[BATCH_TAG] == "3")
+    assert daily and b2 and daily.dagster_run.tags.get(ROLE_TAG) == ROLE_DAILY
+    assert daily.dagster_run.status == dg.DagsterRunStatus.SUCCESS
+    assert b2.end_time and daily.start_time and daily.end_time
+    assert daily.create_timestamp.timestamp() < b2.end_time <= daily.start_time
+    assert b3.create_timestamp.timestamp() >= daily.end_time
+    assert status_of(story, start_id) == dg.DagsterRunStatus.SUCCESS
+
+
+# -- 6. the swap ---------------------------------------------------------------------------------
+
+
+def test_after_the_fix_a_swap_launched_from_the_launchpad_succeeds(
+    story: Story, page: Page, shot: Shot
+):
+    plan = story.plan
+    open_launchpad(page, story, SWAP_JOB, plan_config(SWAP_OP, plan.plan_id))
+    run_id = click_launch(page)
+    run_status(page, "Success")
+    filter_logs(page, "swapped:")
+    weeks = len({b.start.isocalendar()[:2] for b in plan.batches})
+    swapped = f"swapped: {len(plan.partitions)} partitions in {weeks} weeks"
+    expect(page.get_by_text(swapped).first).to_be_visible()
+    shot(page, "ui-swap-succeeded")
+    assert status_of(story, run_id) == dg.DagsterRunStatus.SUCCESS
+    # One materialization of the target per swapped partition, with rows and checksums.
+    mats = story.dev.instance.get_records_for_run(
+        run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
+    ).records
+    assert len(mats) == len(plan.partitions)
+
+    page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
+    expect(metadata_row(page, "status")).to_contain_text("swapped")
