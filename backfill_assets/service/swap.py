@@ -57,7 +57,8 @@ def perform_swap(
         raise SwapRefused(
             f"plan {plan_id} cannot be swapped: {len(bad)} gate results are not passing and "
             f"current ({describe_blockers(bad)}); run the plan until every batch passes "
-            f"(`backfill-assets run` / `backfill-assets status {plan_id}`), then swap again"
+            f"(start_backfill_plan_job in the UI, or `backfill-assets run {plan_id}`; see "
+            f"`backfill-assets status {plan_id}`), then swap again"
         )
     result = wh.swap(table.spec, plan_id, _days(plan))
     record_status(

@@ -97,12 +97,14 @@ def test_an_occurrence_on_a_dst_day_is_shorter_or_longer_in_real_time(
     assert first[1] - first[0] == dt.timedelta(hours=real_hours)
 
 
-def test_occurrences_start_at_or_after_now_and_cross_midnight_into_the_next_day() -> None:
-    now = utc(2026, 4, 10, 23, 0)  # inside tonight's 22:00-04:00 window: it is skipped
+def test_occurrences_start_with_the_rest_of_an_open_window_and_cross_midnight() -> None:
+    # Regression: planned inside an open window, the plan's first slot was the next night
+    # although the batch driver starts right away; the rest of tonight's window is used now.
+    now = utc(2026, 4, 10, 23, 0, 30)
     occ = list(itertools.islice(occurrences(parse_window("22:00-04:00"), ZoneInfo("UTC"), now), 2))
     assert occ == [
+        (utc(2026, 4, 10, 23, 1), utc(2026, 4, 11, 4, 0)),
         (utc(2026, 4, 11, 22, 0), utc(2026, 4, 12, 4, 0)),
-        (utc(2026, 4, 12, 22, 0), utc(2026, 4, 13, 4, 0)),
     ]
 
 

@@ -148,14 +148,21 @@ def resolve_local(day: dt.date, at: dt.time, tz: ZoneInfo, *, edge: Edge) -> dt.
 def occurrences(
     window: TimeWindow, tz: ZoneInfo, now: dt.datetime
 ) -> Iterator[tuple[dt.datetime, dt.datetime]]:
-    """Yield the window's occurrences as UTC (start, end), in order, from the first starting at
-    or after `now`. An occurrence that DST leaves empty is skipped. The generator is endless."""
+    """Yield the window's occurrences as UTC (start, end), in order, from the one open at `now`
+    (its remainder, from `now` rounded up to the next whole minute) or else the first starting
+    after `now`. An occurrence that DST leaves empty is skipped. The generator is endless."""
     day = now.astimezone(tz).date() - dt.timedelta(days=1)
     end_offset = dt.timedelta(days=1 if window.crosses_midnight else 0)
     while True:
         start = resolve_local(day, window.start, tz, edge="start")
         end = resolve_local(day + end_offset, window.end, tz, edge="end")
-        if start >= now and end > start:
+        if start < now < end:
+            # Planned inside an open window: the batch driver would start right away, so the
+            # plan's slots must say so too (not the next day's occurrence).
+            from_now = (now + dt.timedelta(minutes=1)).replace(second=0, microsecond=0)
+            if from_now < end:
+                yield from_now.astimezone(dt.UTC), end
+        elif start >= now and end > start:
             yield start, end
         day += dt.timedelta(days=1)
 
