@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 import pytest
@@ -45,6 +45,7 @@ from backfill_assets.service.swap import abandon_plan, refresh_requests, release
 
 pytestmark = pytest.mark.slow
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
 LOCATION = "backfill_assets"
 REPOSITORY = "__repository__"
@@ -115,9 +116,13 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | Non
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
-@pytest.fixture(scope="module")
-def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
-    tmp = tmp_path_factory.mktemp("e2e")
+@contextlib.contextmanager
+def dev_server(
+    tmp: Path, seed: Callable[[dg.DagsterInstance, Path, dt.date], T]
+) -> Iterator[tuple[Dev, T]]:
+    """`dagster dev` on a free 127.0.0.1 port over a fresh DAGSTER_HOME (the shipped
+    dagster.yaml) and warehouse, after `seed(instance, warehouse, today)` has filled them: the
+    test process must be done writing DuckDB before the server's runs start writing it."""
     home = tmp / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
@@ -127,21 +132,14 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         mp.setenv("DAGSTER_HOME", str(home))
         mp.setenv(WAREHOUSE_ENV, str(warehouse))
         instance = dg.DagsterInstance.get()
-        # History ends 5 days ago: older than the daily sensor's lookback, so the daemon starts
-        # no daily run of its own and the only daily run is the one a test launches.
-        first, last = today - dt.timedelta(days=20), today - dt.timedelta(days=5)
-        land_days(defs, instance, first, last, ROWS_PER_DAY)
-        # The target's history written directly by the v1 logic (as tests/conftest.py `history`
-        # does): building it through the daily job and dbt would add half a minute.
-        DuckDBWarehouse(warehouse).replace_partitions(
-            ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
-        )
+        seeded = seed(instance, warehouse, today)
         port = _free_port()
         log = tmp / "dagster-dev.log"
+        dagster = str(Path(sys.executable).with_name("dagster"))
         with open(log, "wb") as out:
             proc = subprocess.Popen(
                 [
-                    str(Path(sys.executable).with_name("dagster")),
+                    dagster,
                     "dev",
                     "-w",
                     str(REPO / "workspace.yaml"),
@@ -169,10 +167,28 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
             # Refreshing the weekly marts after a daily run is production behaviour tested on
             # its own; here it would only hold the writer tag for a dbt run between batches.
             stop_sensor(d, WEEKLY_REFRESH_SENSOR)
-            yield d
+            yield d, seeded
         finally:
             _stop(proc)
             instance.dispose()
+
+
+def _seed_history(instance: dg.DagsterInstance, warehouse: Path, today: dt.date) -> None:
+    # History ends 5 days ago: older than the daily sensor's lookback, so the daemon starts
+    # no daily run of its own and the only daily run is the one a test launches.
+    first, last = today - dt.timedelta(days=20), today - dt.timedelta(days=5)
+    land_days(defs, instance, first, last, ROWS_PER_DAY)
+    # The target's history written directly by the v1 logic (as tests/conftest.py `history`
+    # does): building it through the daily job and dbt would add half a minute.
+    DuckDBWarehouse(warehouse).replace_partitions(
+        ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
+    )
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    with dev_server(tmp_path_factory.mktemp("e2e"), _seed_history) as (d, _):
+        yield d
 
 
 def _answers(url: str) -> bool:

@@ -17,10 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,8 +25,6 @@ import dagster as dg
 import pytest
 
 from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
-from backfill_assets.defs.driver import DRIVER_SENSOR
-from backfill_assets.defs.resources import WAREHOUSE_ENV
 from backfill_assets.errors import GateFailed
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
@@ -42,20 +36,7 @@ from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import approve_plan
 
 # The `dagster dev` helpers of the daemon end-to-end tests, shared rather than copied.
-from tests.e2e.test_daemon import (
-    REPO,
-    STARTUP_TIMEOUT_S,
-    WEEKLY_REFRESH_SENSOR,
-    Dev,
-    _answers,
-    _default_sigint,
-    _free_port,
-    _sensor_ticks,
-    _stop,
-    stop_sensor,
-    wait_for,
-    window_around,
-)
+from tests.e2e.test_daemon import Dev, dev_server, window_around
 
 ROWS_PER_DAY = 200
 # One order in ten of the restated day gets another amount, a column the criteria declare
@@ -135,50 +116,5 @@ def seed(
 
 @contextmanager
 def serve_story(tmp: Path) -> Iterator[Story]:
-    home = tmp / "dagster_home"
-    home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    warehouse = tmp / "warehouse.duckdb"
-    today = dt.datetime.now(dt.UTC).date()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAGSTER_HOME", str(home))
-        mp.setenv(WAREHOUSE_ENV, str(warehouse))
-        instance = dg.DagsterInstance.get()
-        plan, bad_day, daily_day = seed(instance, warehouse, today)
-        port = _free_port()
-        log = tmp / "dagster-dev.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [
-                    str(Path(sys.executable).with_name("dagster")),
-                    "dev",
-                    "-w",
-                    str(REPO / "workspace.yaml"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                ],
-                cwd=REPO,
-                env=os.environ.copy(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_default_sigint,
-            )
-        dev = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
-        try:
-            wait_for("the webserver", lambda: _answers(dev.url), STARTUP_TIMEOUT_S, dev)
-            wait_for(
-                "the code location",
-                lambda: _sensor_ticks(dev, DRIVER_SENSOR) is not None,
-                STARTUP_TIMEOUT_S,
-                dev,
-            )
-            # As in tests/e2e: the weekly marts refresh after a daily run is tested on its own;
-            # here it would only hold the writer tag for a minute of dbt between two batches.
-            stop_sensor(dev, WEEKLY_REFRESH_SENSOR)
-            yield Story(dev, plan, bad_day, daily_day)
-        finally:
-            _stop(proc)
-            instance.dispose()
+    with dev_server(tmp, seed) as (dev, (plan, bad_day, daily_day)):
+        yield Story(dev, plan, bad_day, daily_day)
