@@ -2,7 +2,8 @@
 
 The tests share one server (tests/ui/conftest.py `story`) and run in file order, like a user's
 session: first they read the seeded state (lineage, gates, the plan), then they act on it by
-clicks (a refused swap; the fix, then the plan started and going around a daily run; the swap).
+clicks (a refused swap; the fix, then the plan started and going around a daily run; a batch
+launched by hand queued behind a daily run; the swap).
 Each one saves the screenshots docs/ui.md shows.
 """
 
@@ -17,7 +18,7 @@ import pytest
 from playwright.sync_api import Locator, Page, ViewportSize, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_DAILY, ROLE_TAG
+from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_DAILY, ROLE_TAG, WRITER_TAG
 from backfill_assets.definitions import defs
 from backfill_assets.defs.driver import DRIVER_SENSOR, START_JOB
 from backfill_assets.example.seed import land_days
@@ -73,6 +74,21 @@ def open_launchpad(
         page.keyboard.press("Control+A")
         page.keyboard.type(config)
     expect(page.get_by_text("No errors", exact=True)).to_be_visible()
+
+
+def add_launch_tags(page: Page, tags: dict[str, str]) -> None:
+    """In the Launchpad, click Edit tags, type each tag in an empty Key/Value row, then Apply."""
+    page.get_by_role("button", name="Edit tags").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text("Add tags to run")
+    keys, values = dialog.get_by_placeholder("Tag Key"), dialog.get_by_placeholder("Tag Value")
+    for key, value in tags.items():
+        if keys.last.input_value():  # the dialog opens with one empty row, or the session's tags
+            dialog.get_by_role("button", name="Add custom tag").click()
+        keys.last.fill(key)
+        values.last.fill(value)
+    dialog.get_by_role("button", name="Apply").click()
+    expect(dialog).to_be_hidden()
 
 
 def click_launch(page: Page) -> str:
@@ -348,6 +364,62 @@ def test_a_plan_started_from_the_launchpad_runs_its_batches_around_the_daily_run
     assert daily.create_timestamp.timestamp() < b2.end_time <= daily.start_time
     assert b3.create_timestamp.timestamp() >= daily.end_time
     assert status_of(story, start_id) == dg.DagsterRunStatus.SUCCESS
+
+
+def test_a_batch_launched_from_the_launchpad_waits_queued_while_a_daily_run_is_in_progress(
+    story: Story, page: Page, shot: Shot
+):
+    """The driver never submits a batch while a daily run is in progress, so the last test never
+    shows a batch in the queue. A batch run launched by hand shows it: the instance, not only the
+    driver, keeps a batch from overlapping the daily run."""
+    dev, plan = story.dev, story.plan
+    wait_for("no run in progress", lambda: nothing_in_progress(story), RUN_TIMEOUT_S, dev)
+    # A day of batch 3 (the plan has passed: re-running it is idempotent and its gates pass).
+    batch, day = plan.batches[-1], plan.batches[-1].partitions[0]
+    tags = {PLAN_ID_TAG: plan.plan_id, BATCH_TAG: str(batch.index), WRITER_TAG: plan.target}
+
+    # The batch's Launchpad, ready: the shadow job, the day, and the batch run's tags.
+    open_launchpad(page, story, f"{plan.target}__shadow_job", partition=day)
+    add_launch_tags(page, tags)
+    for key, value in tags.items():
+        expect(page.get_by_text(f"{key}: {value}").first).to_be_visible()
+
+    # The daily run first, launched by clicks; once it is in progress, the batch.
+    daily_page = page.context.new_page()
+    open_launchpad(daily_page, story, "orders_daily_job", partition=story.daily_day.isoformat())
+    daily_id = click_launch(daily_page)
+    run_status(daily_page, "Started")
+    batch_id = click_launch(page)
+    run_status(page, "Queued")
+
+    page.goto(story.url("/runs"))
+    batch_row = run_row(page, batch_id)
+    expect(batch_row).to_contain_text("Queued")
+    expect(batch_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
+    expect(batch_row).to_contain_text(f"{BATCH_TAG}: {batch.index}")
+    expect(run_row(page, daily_id)).to_contain_text("Started")
+    shot(page, "ui-batch-queued")
+
+    # After the daily run, the batch runs, and passes.
+    wait_for(
+        "the batch run to pass",
+        lambda: status_of(story, batch_id) == dg.DagsterRunStatus.SUCCESS,
+        3 * RUN_TIMEOUT_S,
+        dev,
+    )
+    page.goto(story.url("/runs"))
+    expect(run_row(page, batch_id)).to_contain_text("Success")
+
+    # The record: the batch run carries the tags typed, and started only after the daily run.
+    daily = dev.instance.get_run_record_by_id(daily_id)
+    queued = dev.instance.get_run_record_by_id(batch_id)
+    assert daily and queued and daily.dagster_run.tags.get(ROLE_TAG) == ROLE_DAILY
+    assert daily.dagster_run.status == dg.DagsterRunStatus.SUCCESS
+    assert tags.items() <= queued.dagster_run.tags.items()
+    assert queued.dagster_run.tags.get("dagster/partition") == day
+    assert daily.start_time and daily.end_time and queued.start_time
+    assert daily.start_time < queued.create_timestamp.timestamp()
+    assert queued.start_time >= daily.end_time
 
 
 # -- 6. the swap ---------------------------------------------------------------------------------
