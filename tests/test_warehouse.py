@@ -14,7 +14,8 @@ from backfill_assets.lib.warehouse.duckdb_adapter import (
     load_plain_partitions,
     replace_table,
 )
-from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_predicate
+from backfill_assets.lib.warehouse.identifiers import quote_ident
+from backfill_assets.lib.warehouse.predicates import validate_predicate
 
 SPEC = ORDERS.spec
 D = dt.date

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from backfill_assets.errors import InvalidInput
 
-_DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", re.ASCII)
 
 
 def parse_day(value: object, what: str = "date") -> dt.date:
@@ -18,7 +18,7 @@ def parse_day(value: object, what: str = "date") -> dt.date:
     if isinstance(value, dt.date):
         return value
     text = str(value).strip()
-    if not _DATE_RE.match(text):
+    if not _DATE_RE.fullmatch(text):
         raise InvalidInput(f"{what} {value!r} is not a date: use YYYY-MM-DD, e.g. 2026-01-31")
     try:
         return dt.date.fromisoformat(text)

@@ -14,20 +14,28 @@ Defaults come from the table's declaration; a YAML file may override any part of
     invariants:
       - name: net_amount_non_negative
         predicate: "net_amount >= 0"
+
+The criteria are pydantic dataclasses: frozen, validated on construction, and (de)serialised by
+one `TypeAdapter` (see `to_dict` / `from_dict`), so a plan file and a YAML override go through
+the same checks as a declaration in code.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic.dataclasses import dataclass
+
 from backfill_assets.errors import InvalidInput, PlanRefused
-from backfill_assets.lib.warehouse.identifiers import validate_ident, validate_predicate
+from backfill_assets.lib.warehouse.identifiers import validate_ident
+from backfill_assets.lib.warehouse.predicates import validate_predicate
 
 COMPARE_TARGETS = ("source", "target")
+_CONFIG = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class RowCountCriterion:
     """Shadow rows per partition must match the source and/or the current target within a
     relative tolerance. Duplicate primary keys always fail this gate."""
@@ -46,7 +54,7 @@ class RowCountCriterion:
             raise InvalidInput(f"row_count.tolerance_pct {self.tolerance_pct} must be in 0..100")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class ChangedColumn:
     """A column the fix is expected to change, and what must hold for its new value."""
 
@@ -54,32 +62,40 @@ class ChangedColumn:
     must_hold: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class SampleCriterion:
     """A reproducible sample per partition: unchanged columns must equal the current target."""
 
-    size: int = 200
+    size: int = Field(default=200, strict=True)
     unchanged_columns: tuple[str, ...] = ()
     changed_columns: tuple[ChangedColumn, ...] = ()
     # Also compare a hash of the unchanged columns over the whole partition (exact, one scan).
     full_compare: bool = True
 
+    @field_validator("changed_columns", mode="before")
+    @classmethod
+    def _names_alone(cls, value: Any) -> Any:
+        # YAML may list a changed column by name alone.
+        if isinstance(value, list | tuple):
+            return tuple({"name": v} if isinstance(v, str) else v for v in value)
+        return value
+
     def __post_init__(self) -> None:
-        if not isinstance(self.size, int) or not 1 <= self.size <= 100_000:
+        if not 1 <= self.size <= 100_000:
             raise InvalidInput(f"sample.size {self.size!r} must be an integer in 1..100000")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Invariant:
     name: str
     predicate: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Criteria:
     row_count: RowCountCriterion | None = None
     sample: SampleCriterion | None = None
-    invariants: tuple[Invariant, ...] = field(default_factory=tuple)
+    invariants: tuple[Invariant, ...] = ()
 
     def validate(self, columns: tuple[str, ...]) -> Criteria:
         """Refuse criteria that lack a row-count or sample part, or name unknown columns."""
@@ -110,54 +126,68 @@ class Criteria:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """JSON-native data (lists, not tuples)."""
+        return _ADAPTER.dump_python(self, mode="json")
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> Criteria:
+    def from_dict(data: Any) -> Criteria:
         return merge_criteria(Criteria(), data)
 
 
-def merge_criteria(base: Criteria, override: dict[str, Any] | None) -> Criteria:
-    """Apply a dict (from YAML or a plan file) on top of `base`; unknown keys are errors."""
+_ADAPTER = TypeAdapter(Criteria)
+
+
+def criteria_error(e: ValidationError, where: str = "criteria") -> InvalidInput:
+    """One line a person can act on, from pydantic's report."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        known = "row_count, sample, invariants" if len(err["loc"]) == 1 else "the keys"
+        return InvalidInput(
+            f"unknown {where} key {loc!r}; use {known} listed in docs/criteria.md"
+        )
+    return InvalidInput(f"{where}.{loc}: {err['msg']}; see docs/criteria.md for the accepted keys")
+
+
+def merge_criteria(base: Criteria, override: Any) -> Criteria:
+    """Apply a mapping (from YAML or a plan file) on top of `base`; unknown keys are errors.
+
+    `row_count` and `sample` are merged key by key; a list (`invariants`, column lists) replaces
+    the declared one.
+    """
     if not override:
         return base
     if not isinstance(override, dict):
         raise InvalidInput("criteria must be a mapping with row_count, sample and/or invariants")
-    unknown = set(override) - {"row_count", "sample", "invariants"}
-    if unknown:
-        raise InvalidInput(
-            f"unknown criteria keys {sorted(unknown)}; use row_count, sample, invariants"
-        )
-    out = base
+    merged: dict[str, Any] = base.to_dict()
+    for key, value in override.items():
+        current = merged.get(key)
+        if isinstance(value, dict) and isinstance(current, dict):
+            merged[key] = {**current, **value}
+        else:
+            merged[key] = value
     try:
-        if (rc := override.get("row_count")) is not None:
-            rc = dict(rc)
-            if "compare_to" in rc:
-                rc["compare_to"] = tuple(rc["compare_to"])
-            out = replace(out, row_count=replace(out.row_count or RowCountCriterion(), **rc))
-        if (sc := override.get("sample")) is not None:
-            sc = dict(sc)
-            if "unchanged_columns" in sc:
-                sc["unchanged_columns"] = tuple(sc["unchanged_columns"])
-            if "changed_columns" in sc:
-                sc["changed_columns"] = tuple(
-                    ChangedColumn(**c) if isinstance(c, dict) else ChangedColumn(str(c))
-                    for c in sc["changed_columns"]
-                )
-            out = replace(out, sample=replace(out.sample or SampleCriterion(), **sc))
-        if (inv := override.get("invariants")) is not None:
-            out = replace(out, invariants=tuple(Invariant(**i) for i in inv))
-    except TypeError as e:
-        raise InvalidInput(f"criteria: {e}; see docs/criteria.md for the accepted keys") from e
-    return out
+        return _ADAPTER.validate_python(merged)
+    except ValidationError as e:
+        raise criteria_error(e) from None
 
 
-def load_criteria_yaml(text: str, base: Criteria) -> Criteria:
+def load_criteria_yaml(text: str | bytes, base: Criteria) -> Criteria:
     """Parse a criteria YAML document and merge it over the declared defaults."""
-    import yaml  # kept off module level: only the CLI's --criteria needs it
+    import yaml  # kept off module level: only --criteria and the Launchpad need it
 
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(
+                "criteria file is not UTF-8 text (is it a binary file?); write the criteria as "
+                "YAML, see docs/criteria.md"
+            ) from None
+    if "\x00" in text:
+        raise InvalidInput("criteria file holds NUL bytes (is it a binary file?); write YAML")
     try:
         data = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise InvalidInput(f"criteria file is not valid YAML: {e}") from e
+    except (yaml.YAMLError, RecursionError) as e:
+        raise InvalidInput(f"criteria file is not valid YAML: {str(e)[:300]}") from None
     return merge_criteria(base, data)

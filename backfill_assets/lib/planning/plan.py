@@ -1,8 +1,10 @@
 """BackfillPlan: the plan as data. Frozen, JSON-serialisable, versioned, verifiable.
 
-The JSON contract is checked by shared/tools/validate_plan.py. Dates are inclusive ISO dates at
-this edge (`start`, `end`, each batch's `start`/`end`); slots are ISO datetimes with a UTC offset,
-in the plan's timezone.
+The plan and its parts are pydantic dataclasses; one `TypeAdapter` reads and writes the JSON, and
+its JSON Schema is the plan contract shipped with the package (`plan.schema.json`, checked by the
+tests together with the rules a schema cannot say; see `verify_integrity`). Dates are inclusive
+ISO dates at this edge (`start`, `end`, each batch's `start`/`end`); slots are ISO datetimes with
+a UTC offset, in the plan's timezone.
 """
 
 from __future__ import annotations
@@ -10,9 +12,20 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired
+
+from pydantic import (
+    AwareDatetime,
+    ConfigDict,
+    PlainSerializer,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+from typing_extensions import TypedDict
 
 from backfill_assets.constants import GATE_NAMES, PLAN_SCHEMA_VERSION, SHADOW_SUFFIX
 from backfill_assets.errors import InvalidInput
@@ -20,8 +33,13 @@ from backfill_assets.lib.planning.batches import week_spans
 from backfill_assets.lib.planning.criteria import Criteria
 
 ROLLBACK_STRATEGIES = ("backup",)
+# A plan file is a few hundred KiB at most (a year of daily partitions); refuse anything far
+# larger before parsing it.
+MAX_PLAN_BYTES = 8 * 1024 * 1024
 
-T = TypeVar("T")
+_CONFIG = ConfigDict(extra="forbid")
+# Instants keep the `isoformat()` spelling (+00:00, not Z) the contract has always used.
+Instant = Annotated[AwareDatetime, PlainSerializer(lambda v: v.isoformat(), when_used="json")]
 
 
 def rollback_command(plan_id: str) -> str:
@@ -52,7 +70,7 @@ def compute_plan_id(
             "window": window,
             "timezone": timezone,
             "rollback": rollback,
-            "criteria": _jsonable(criteria.to_dict()),
+            "criteria": criteria.to_dict(),
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -60,7 +78,7 @@ def compute_plan_id(
     return "p" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class ImpactedAsset:
     """One asset downstream of the target and the partitions of it the backfill affects."""
 
@@ -68,37 +86,16 @@ class ImpactedAsset:
     partitions: tuple[str, ...] | Literal["all"]  # affected keys, or "all" = full refresh
     kind: str = "asset"  # e.g. "dbt", "asset"
 
-    def to_dict(self) -> dict[str, Any]:
-        parts: list[str] | str = "all" if self.partitions == "all" else list(self.partitions)
-        return {"asset_key": self.asset_key, "partitions": parts, "kind": self.kind}
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> ImpactedAsset:
-        parts = _req(data, "partitions", "impact[]")
-        if isinstance(parts, str):
-            if parts != "all":
-                raise InvalidInput(
-                    f'impact partitions {parts!r}: use a list of partition keys or "all"'
-                )
-            return ImpactedAsset(
-                str(_req(data, "asset_key", "impact[]")), "all", str(data.get("kind", "asset"))
-            )
-        return ImpactedAsset(
-            str(_req(data, "asset_key", "impact[]")),
-            tuple(str(p) for p in _as_list(parts, "impact[].partitions")),
-            str(data.get("kind", "asset")),
-        )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Slot:
     """When a batch runs: aware datetimes in the plan's timezone."""
 
-    start: dt.datetime
-    end: dt.datetime
+    start: Instant
+    end: Instant
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Batch:
     """One ISO week of the range (first and last may be partial), run as one gated unit."""
 
@@ -116,38 +113,8 @@ class Batch:
         """Half-open end, for code that works on [start, end)."""
         return self.end + dt.timedelta(days=1)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "start": self.start.isoformat(),
-            "end": self.end.isoformat(),
-            "partitions": list(self.partitions),
-            "gates": list(self.gates),
-            "slot": {"start": self.slot.start.isoformat(), "end": self.slot.end.isoformat()},
-            "estimated_seconds": self.estimated_seconds,
-            "estimated_rows": self.estimated_rows,
-        }
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Batch:
-        where = f"batches[{data.get('index', '?')}]"
-        slot = _req(data, "slot", where)
-        return Batch(
-            index=int(_req(data, "index", where)),
-            start=_date(_req(data, "start", where), f"{where}.start"),
-            end=_date(_req(data, "end", where), f"{where}.end"),
-            partitions=tuple(str(p) for p in _as_list(_req(data, "partitions", where), where)),
-            gates=tuple(str(g) for g in _as_list(_req(data, "gates", where), where)),
-            slot=Slot(
-                _datetime(_req(slot, "start", f"{where}.slot"), f"{where}.slot.start"),
-                _datetime(_req(slot, "end", f"{where}.slot"), f"{where}.slot.end"),
-            ),
-            estimated_seconds=float(_req(data, "estimated_seconds", where)),
-            estimated_rows=int(_req(data, "estimated_rows", where)),
-        )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Cost:
     """Total estimated work and the rates behind it."""
 
@@ -158,34 +125,37 @@ class Cost:
     per_batch_overhead_seconds: float
     seconds_per_row: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "basis": self.basis,
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "seconds": self.seconds,
-            "per_batch_overhead_seconds": self.per_batch_overhead_seconds,
-            "seconds_per_row": self.seconds_per_row,
-        }
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Cost:
-        return Cost(
-            basis=str(_req(data, "basis", "cost")),
-            rows=int(_req(data, "rows", "cost")),
-            bytes=int(_req(data, "bytes", "cost")),
-            seconds=float(_req(data, "seconds", "cost")),
-            per_batch_overhead_seconds=float(_req(data, "per_batch_overhead_seconds", "cost")),
-            seconds_per_row=float(_req(data, "seconds_per_row", "cost")),
-        )
+class _DailySlotJSON(TypedDict):
+    start: str
+    end: str
 
 
-@dataclass(frozen=True)
+class _ContentionJSON(TypedDict):
+    """Contention as it reads in the JSON contract (the daily slot nested)."""
+
+    daily_job: str
+    daily_slot: _DailySlotJSON
+    daily_expected_start: str
+    daily_duration_seconds: float
+    margin_seconds: int
+    basis: str
+    occurrences_needed: int
+    expected_finish: str
+    timezone: str
+    daily_timezone: NotRequired[str]
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class Contention:
     """The daily production run the batches keep clear of, and how many window nights they need.
 
-    `daily_slot` is [expected start - margin, expected start + duration + margin] as local HH:MM
-    in the plan's timezone; `daily_expected_start` is in the target's partitions timezone.
+    `daily_slot_start`/`daily_slot_end` (JSON: `daily_slot`) is [expected start - margin,
+    expected start + duration + margin] as local HH:MM in the plan's timezone on the day it was
+    planned, for people. What the driver keeps clear is computed every day from
+    `daily_expected_start` in `daily_timezone` (the daily job's, i.e. the partitions'), so a DST
+    change in either zone never shifts the real slot. Plans written before `daily_timezone`
+    existed fall back to the slot as shown.
     """
 
     daily_job: str
@@ -196,42 +166,33 @@ class Contention:
     margin_seconds: int
     basis: str
     occurrences_needed: int
-    expected_finish: dt.datetime
+    expected_finish: Instant
     timezone: str
+    daily_timezone: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "daily_job": self.daily_job,
-            "daily_slot": {"start": self.daily_slot_start, "end": self.daily_slot_end},
-            "daily_expected_start": self.daily_expected_start,
-            "daily_duration_seconds": self.daily_duration_seconds,
-            "margin_seconds": self.margin_seconds,
-            "basis": self.basis,
-            "occurrences_needed": self.occurrences_needed,
-            "expected_finish": self.expected_finish.isoformat(),
-            "timezone": self.timezone,
-        }
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_slot(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "daily_slot" in data:
+            data = dict(data)
+            slot = data.pop("daily_slot")
+            if not isinstance(slot, Mapping):
+                raise ValueError("daily_slot must be an object with start and end")
+            data["daily_slot_start"] = slot.get("start")
+            data["daily_slot_end"] = slot.get("end")
+        return data
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Contention:
-        slot = _req(data, "daily_slot", "contention")
-        return Contention(
-            daily_job=str(_req(data, "daily_job", "contention")),
-            daily_slot_start=str(_req(slot, "start", "contention.daily_slot")),
-            daily_slot_end=str(_req(slot, "end", "contention.daily_slot")),
-            daily_expected_start=str(_req(data, "daily_expected_start", "contention")),
-            daily_duration_seconds=float(_req(data, "daily_duration_seconds", "contention")),
-            margin_seconds=int(_req(data, "margin_seconds", "contention")),
-            basis=str(_req(data, "basis", "contention")),
-            occurrences_needed=int(_req(data, "occurrences_needed", "contention")),
-            expected_finish=_datetime(
-                _req(data, "expected_finish", "contention"), "contention.expected_finish"
-            ),
-            timezone=str(_req(data, "timezone", "contention")),
-        )
+    @model_serializer(mode="wrap")
+    def _nested_slot(self, handler: Any) -> _ContentionJSON:
+        data = handler(self)
+        out = {"daily_job": data.pop("daily_job")}
+        out["daily_slot"] = {"start": data.pop("daily_slot_start"), "end": data.pop("daily_slot_end")}
+        if data.get("daily_timezone") is None:
+            data.pop("daily_timezone", None)
+        return {**out, **data}  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class PlanWindow:
     """The idle window as written: local "HH:MM" times in `timezone`; end < start crosses
     midnight."""
@@ -244,61 +205,22 @@ class PlanWindow:
     def label(self) -> str:
         return f"{self.start}-{self.end}"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"start": self.start, "end": self.end, "timezone": self.timezone}
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> PlanWindow:
-        return PlanWindow(
-            str(_req(data, "start", "window")),
-            str(_req(data, "end", "window")),
-            str(_req(data, "timezone", "window")),
-        )
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class Rollback:
     """How to undo the swap: the strategy and the exact command."""
 
     strategy: str
     command: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy, "command": self.command}
 
-    @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> Rollback:
-        return Rollback(
-            str(_req(data, "strategy", "rollback")), str(_req(data, "command", "rollback"))
-        )
-
-
-_TOP_KEYS = (
-    "schema_version",
-    "plan_id",
-    "created_at",
-    "target",
-    "shadow",
-    "start",
-    "end",
-    "partitions",
-    "criteria",
-    "impact",
-    "cost",
-    "contention",
-    "window",
-    "rollback",
-    "batches",
-)
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, config=_CONFIG)
 class BackfillPlan:
     """Everything a backfill will do, decided before anything runs. Build it with `build_plan`."""
 
     schema_version: int
     plan_id: str
-    created_at: dt.datetime
+    created_at: Instant
     target: str
     shadow: str
     start: dt.date  # inclusive
@@ -319,30 +241,14 @@ class BackfillPlan:
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-native data (lists, strings, numbers), keys in contract order."""
-        return {
-            "schema_version": self.schema_version,
-            "plan_id": self.plan_id,
-            "created_at": self.created_at.isoformat(),
-            "target": self.target,
-            "shadow": self.shadow,
-            "start": self.start.isoformat(),
-            "end": self.end.isoformat(),
-            "partitions": list(self.partitions),
-            "criteria": _jsonable(self.criteria.to_dict()),
-            "impact": [a.to_dict() for a in self.impact],
-            "cost": self.cost.to_dict(),
-            "contention": self.contention.to_dict(),
-            "window": self.window.to_dict(),
-            "rollback": self.rollback.to_dict(),
-            "batches": [b.to_dict() for b in self.batches],
-        }
+        return PLAN_ADAPTER.dump_python(self, mode="json")
 
     def to_json(self, indent: int | None = 2) -> str:
         """The plan as a JSON document."""
         return json.dumps(self.to_dict(), indent=indent)
 
     @staticmethod
-    def from_dict(data: Mapping[str, Any]) -> BackfillPlan:
+    def from_dict(data: Any) -> BackfillPlan:
         """Read a plan written by `to_dict`.
 
         Raises:
@@ -353,61 +259,105 @@ class BackfillPlan:
             raise InvalidInput(
                 "a plan must be a JSON object; re-create it with backfill-assets plan"
             )
-        missing = [k for k in _TOP_KEYS if k not in data]
+        missing = [k for k in PLAN_KEYS if k not in data]
         if missing:
             raise InvalidInput(
                 f"plan is missing keys {missing}; it was truncated or edited, re-create it with "
                 "backfill-assets plan"
             )
         version = data["schema_version"]
-        if version != PLAN_SCHEMA_VERSION:
+        if type(version) is not int or version != PLAN_SCHEMA_VERSION:
             raise InvalidInput(
                 f"plan schema_version {version!r} is not supported (this version reads "
                 f"{PLAN_SCHEMA_VERSION}); re-create the plan with this version's "
                 "backfill-assets plan"
             )
         try:
-            return BackfillPlan(
-                schema_version=int(version),
-                plan_id=str(data["plan_id"]),
-                created_at=_datetime(data["created_at"], "created_at"),
-                target=str(data["target"]),
-                shadow=str(data["shadow"]),
-                start=_date(data["start"], "start"),
-                end=_date(data["end"], "end"),
-                partitions=tuple(str(p) for p in _as_list(data["partitions"], "partitions")),
-                criteria=Criteria.from_dict(dict(_mapping(data["criteria"], "criteria"))),
-                impact=tuple(
-                    ImpactedAsset.from_dict(_mapping(a, "impact[]"))
-                    for a in _as_list(data["impact"], "impact")
-                ),
-                cost=Cost.from_dict(_mapping(data["cost"], "cost")),
-                contention=Contention.from_dict(_mapping(data["contention"], "contention")),
-                window=PlanWindow.from_dict(_mapping(data["window"], "window")),
-                rollback=Rollback.from_dict(_mapping(data["rollback"], "rollback")),
-                batches=tuple(
-                    Batch.from_dict(_mapping(b, "batches[]"))
-                    for b in _as_list(data["batches"], "batches")
-                ),
-            )
-        except (TypeError, ValueError, AttributeError) as e:
-            raise InvalidInput(f"plan has a value that does not parse: {e}") from e
+            return PLAN_ADAPTER.validate_python(data)
+        except ValidationError as e:
+            raise _plan_error(e) from None
+        except RecursionError:
+            raise InvalidInput("plan is nested too deeply to be a plan; re-create it") from None
 
     @staticmethod
-    def from_json(text: str) -> BackfillPlan:
-        """Read a plan written by `to_json`.
+    def from_json(text: str | bytes) -> BackfillPlan:
+        """Read a plan written by `to_json` (text, or the bytes of a file).
 
         Raises:
-            InvalidInput: for truncated or invalid JSON, and everything `from_dict` refuses.
+            InvalidInput: for binary, oversized, truncated or invalid JSON, and everything
+                `from_dict` refuses.
         """
+        if len(text) > MAX_PLAN_BYTES:
+            raise InvalidInput(
+                f"plan is {len(text):,} bytes, more than any plan ({MAX_PLAN_BYTES:,}); is it the "
+                "right file? Re-create it with backfill-assets plan"
+            )
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInput(
+                    "plan is not UTF-8 text (is it a binary file?); a plan is the JSON written "
+                    "by backfill-assets plan"
+                ) from None
         try:
             data = json.loads(text)
         except (json.JSONDecodeError, TypeError) as e:
             raise InvalidInput(
                 f"plan is not valid JSON ({e}); the file may be truncated: re-create it with "
                 "backfill-assets plan"
-            ) from e
+            ) from None
+        except RecursionError:
+            raise InvalidInput(
+                "plan JSON is nested too deeply to be a plan; re-create it with backfill-assets plan"
+            ) from None
         return BackfillPlan.from_dict(data)
+
+
+PLAN_ADAPTER = TypeAdapter(BackfillPlan)
+PLAN_KEYS = tuple(BackfillPlan.__dataclass_fields__)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The plan contract as JSON Schema (what `plan.schema.json` in this package holds)."""
+    return PLAN_ADAPTER.json_schema(mode="serialization")
+
+
+_PROBLEMS = {
+    "missing": "is missing",
+    "extra_forbidden": "is not a key of the plan",
+    "unexpected_keyword_argument": "is not a key of the plan",
+    "tuple_type": "must be a list",
+    "list_type": "must be a list",
+    "dataclass_type": "must be an object",
+    "dict_type": "must be an object",
+    "timezone_aware": "has no UTC offset",
+}
+
+
+def _plan_error(e: ValidationError) -> InvalidInput:
+    """pydantic's first complaint as one line: where in the plan, the value, what is wrong."""
+    err = e.errors()[0]
+    parts = [str(p) for p in err["loc"]]
+    # A path through a union (e.g. impact partitions: list or "all") names the branch tried.
+    loc = ".".join(p for p in parts if not p.startswith(("tuple[", "literal[")))
+    kind = err["type"]
+    if kind in ("missing", "extra_forbidden", "unexpected_keyword_argument"):
+        where = loc.rsplit(".", 1)
+        key = where[-1]
+        owner = f"plan {where[0]}" if len(where) == 2 else "plan"
+        what = f"{owner} is missing key {key!r}" if kind == "missing" else (
+            f"{owner} has unknown key {key!r}"
+        )
+    elif kind.startswith("date") or kind.startswith("datetime"):
+        noun = "datetime" if kind.startswith("datetime") else "date"
+        what = f"plan {loc} {err.get('input')!r} is not an ISO {noun}"
+    else:
+        problem = _PROBLEMS.get(kind, err["msg"].lower())
+        what = f"plan {loc} {problem} (got {str(err.get('input'))[:60]!r})"
+    return InvalidInput(
+        f"{what}; it was edited or is damaged, re-create it with backfill-assets plan"
+    )
 
 
 def verify_integrity(plan: BackfillPlan) -> None:
@@ -475,8 +425,6 @@ def verify_integrity(plan: BackfillPlan) -> None:
         missing = [g for g in GATE_NAMES if g not in batch.gates]
         if missing:
             raise bad(f"batch {i} lacks gates {missing}")
-        if batch.slot.start.tzinfo is None or batch.slot.end.tzinfo is None:
-            raise bad(f"batch {i} slot has no UTC offset")
         if batch.slot.end <= batch.slot.start:
             raise bad(f"batch {i} slot ends before it starts")
         if i > 1 and batch.slot.start < plan.batches[i - 2].slot.end:
@@ -485,50 +433,3 @@ def verify_integrity(plan: BackfillPlan) -> None:
 
 def _keys(start: dt.date, n_days: int) -> tuple[str, ...]:
     return tuple((start + dt.timedelta(days=i)).isoformat() for i in range(n_days))
-
-
-def _jsonable(value: Any) -> Any:
-    """Tuples to lists, recursively, so to_dict() equals json.loads(to_json())."""
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def _req(data: Any, key: str, where: str) -> Any:
-    if not isinstance(data, Mapping):
-        raise InvalidInput(f"plan {where} must be an object; re-create the plan")
-    if key not in data:
-        raise InvalidInput(f"plan {where} is missing key {key!r}; re-create the plan")
-    return data[key]
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidInput(f"plan {where} must be an object, got {type(value).__name__}")
-    return value
-
-
-def _as_list(value: Any, where: str) -> list[Any]:
-    if not isinstance(value, list):
-        raise InvalidInput(f"plan {where} must be a list, got {type(value).__name__}")
-    return value
-
-
-def _parse(value: Any, where: str, parse: Callable[[str], T], kind: str) -> T:
-    try:
-        return parse(str(value))
-    except ValueError as e:
-        raise InvalidInput(f"plan {where} {value!r} is not an ISO {kind}") from e
-
-
-def _date(value: Any, where: str) -> dt.date:
-    return _parse(value, where, dt.date.fromisoformat, "date")
-
-
-def _datetime(value: Any, where: str) -> dt.datetime:
-    parsed = _parse(value, where, dt.datetime.fromisoformat, "datetime")
-    if parsed.tzinfo is None:
-        raise InvalidInput(f"plan {where} {value!r} has no UTC offset")
-    return parsed

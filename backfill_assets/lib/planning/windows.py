@@ -19,7 +19,9 @@ from backfill_assets.errors import PlanRefused
 UTC = dt.UTC
 DAY_SECONDS = 86_400
 
-_WINDOW_RE = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
+# ASCII digits only: `\\d` also matches full-width and other Unicode digits, which int() reads,
+# so "０２:００-０６:００" was accepted as a window.
+_WINDOW_RE = re.compile(r"\s*([0-9]{1,2}):([0-9]{2})\s*-\s*([0-9]{1,2}):([0-9]{2})\s*", re.ASCII)
 _WINDOW_HINT = (
     "pass --window HH:MM-HH:MM (24-hour local time; may cross midnight, e.g. 22:00-04:00)"
 )
@@ -91,7 +93,7 @@ def parse_window(text: str | None) -> TimeWindow:
             "no window: a backfill runs only inside an explicit idle window that excludes the "
             f"daily production run; {_WINDOW_HINT}"
         )
-    m = _WINDOW_RE.match(str(text))
+    m = _WINDOW_RE.fullmatch(str(text))
     if not m:
         raise PlanRefused(f"window {text!r} is not HH:MM-HH:MM; {_WINDOW_HINT}")
     h0, m0, h1, m1 = (int(g) for g in m.groups())

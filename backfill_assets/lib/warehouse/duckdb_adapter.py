@@ -40,11 +40,11 @@ from backfill_assets.lib.warehouse.identifiers import (
 )
 
 M = METADATA_SCHEMA
-_WEEK_RE = re.compile(r"(\d{4})w(\d{2})$")
+_WEEK_RE = re.compile(r"([0-9]{4})w([0-9]{2})", re.ASCII)
 
 
 def _monday_of(week: str) -> dt.date:
-    m = _WEEK_RE.search(week)
+    m = _WEEK_RE.fullmatch(week)
     if not m:
         raise WarehouseError(f"unexpected week id {week!r}")
     return dt.date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)

@@ -19,8 +19,8 @@ from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
     validate_ident,
-    validate_predicate,
 )
+from backfill_assets.lib.warehouse.predicates import render_predicate
 
 MAX_ROWS_SHOWN = 20
 
@@ -53,8 +53,8 @@ def gate_inputs(
     cols = spec.column_names
     for c in unchanged:
         validate_ident(c, "unchanged column")
-    preds = {k: validate_predicate(v, cols) for k, v in changed_predicates.items()}
-    invs = {k: validate_predicate(v, cols) for k, v in invariants.items()}
+    preds = {k: render_predicate(v, cols) for k, v in changed_predicates.items()}
+    invs = {k: render_predicate(v, cols) for k, v in invariants.items()}
     pc = quote_ident(spec.partition_column)
     pk = [quote_ident(c) for c in spec.primary_key]
     shadow, live = quote_ident(spec.shadow_name), quote_ident(spec.name)
