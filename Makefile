@@ -5,6 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export DAGSTER_HOME := $(CURDIR)/dagster_home
 export BACKFILL_ASSETS_WAREHOUSE ?= $(CURDIR)/data/warehouse.duckdb
+export BACKFILL_ASSETS_DBT_PROJECT ?= $(CURDIR)/dbt_project
 
 .PHONY: setup demo test lint dev bench screenshots browser clean
 
@@ -19,17 +20,19 @@ setup: $(BIN)/.installed
 
 ## The main job: the demo backfill on the embedded DuckDB, end to end.
 demo: setup
-	$(BIN)/backfill-assets demo
+	$(BIN)/backfill-assets-example demo
 
 ## The whole suite: lint, type check, then every test (slow end-to-end ones included).
 test: setup browser
 	$(BIN)/ruff check backfill_assets tests bench
+	$(BIN)/lint-imports
 	$(BIN)/pyright
 	$(BIN)/pytest -q -ra
 
 lint: setup
 	$(BIN)/ruff check backfill_assets tests bench
 	$(BIN)/ruff format --check backfill_assets tests bench || true
+	$(BIN)/lint-imports
 	$(BIN)/pyright
 
 ## The Dagster UI (webserver + daemon) on http://127.0.0.1:3000

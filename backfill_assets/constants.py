@@ -1,14 +1,24 @@
-"""Names that cross module boundaries: tags, check names, suffixes, pool keys. One place only."""
+"""Names that cross module boundaries: tags, check names, job and sensor names, suffixes, keys.
+
+One place only: every other module builds these names by calling what is here.
+"""
 
 TAG_PREFIX = "backfill_assets"
 
 # Run tags.
 PLAN_ID_TAG = f"{TAG_PREFIX}/plan_id"
 BATCH_TAG = f"{TAG_PREFIX}/batch"
-ROLE_TAG = f"{TAG_PREFIX}/role"  # "daily", "batch", "swap", "rollback", "refresh"
-# Shared by the daily production run and every backfill run of a table: dagster.yaml limits it to
-# one run in progress at a time, so the instance itself keeps them from overlapping.
+ROLE_TAG = f"{TAG_PREFIX}/role"  # one of the ROLE_* values below
+# Every run that writes a table (batches, swap, rollback, refresh; the daily job if its author tags
+# it) carries `writer=<table>`. The shipped dagster.yaml limits it to one run in progress per
+# value, so runs of one table queue behind each other and other tables are not held up.
 WRITER_TAG = f"{TAG_PREFIX}/writer"
+# The rows a batch was estimated to write: the next plan fits seconds per row from these.
+ROWS_TAG = f"{TAG_PREFIX}/estimated_rows"
+# Set on runs this package executes in its own process (the CLI), so a later command can tell a
+# run whose process died (SIGKILL, OOM) from one that is still going.
+PID_TAG = f"{TAG_PREFIX}/pid"
+HOST_TAG = f"{TAG_PREFIX}/host"
 
 ROLE_DAILY = "daily"
 ROLE_BATCH = "batch"
@@ -16,9 +26,12 @@ ROLE_SWAP = "swap"
 ROLE_ROLLBACK = "rollback"
 ROLE_REFRESH = "refresh"
 
-# Dagster's own tags for a ranged (single-run) partition backfill.
+# Dagster's own tags.
+PARTITION_TAG = "dagster/partition"
 PARTITION_RANGE_START_TAG = "dagster/asset_partition_range_start"
 PARTITION_RANGE_END_TAG = "dagster/asset_partition_range_end"
+PRIORITY_TAG = "dagster/priority"
+CODE_VERSION_TAG = "dagster/code_version"
 
 # Gate (asset check) names on every shadow asset.
 ROW_COUNT_CHECK = "row_count_gate"
@@ -33,13 +46,61 @@ WEEK_INFIX = "__w"
 TEMPLATE_SUFFIX = "__template"
 METADATA_SCHEMA = "backfill_meta"
 
-# Dagster asset holding approved plans, one dynamic partition per plan id.
+# Dagster asset holding plans, one dynamic partition per plan id.
 PLANS_ASSET = "backfill_plans"
 PLANS_PARTITIONS = "backfill_plans"
-
 PLAN_SCHEMA_VERSION = 1
 
-# Dagster concurrency pool shared by every step that writes a backfillable table's storage (the
-# daily target write, shadow batches, swap, rollback). dagster.yaml limits pools to one slot, so
-# even runs launched by hand from the UI never write concurrently.
-WRITER_POOL = "backfill_assets_writer"
+# The target asset's definition metadata holds its BackfillableTable under this key: the CLI and
+# the sensors find the tables of any code location from its assets (as dagster-dbt finds its
+# manifest), never from a module-level registry.
+TABLE_METADATA_KEY = f"{TAG_PREFIX}/table"
+# The warehouse resource every framework asset, op and sensor uses.
+WAREHOUSE_RESOURCE_KEY = "backfill_warehouse"
+
+# Jobs shared by every table (the Launchpad's control plane).
+PLAN_JOB = "plan_backfill_job"
+APPROVE_JOB = "approve_backfill_job"
+START_JOB = "start_backfill_plan_job"
+PAUSE_JOB = "pause_backfill_plan_job"
+PLAN_OP = "plan_backfill_op"
+APPROVE_OP = "approve_backfill_op"
+START_OP = "start_backfill_plan"
+PAUSE_OP = "pause_backfill_plan"
+
+
+def shadow_job(table: str) -> str:
+    """One backfill batch of `table`: write its shadow partitions, then every gate."""
+    return f"{table}__shadow_job"
+
+
+def swap_job(table: str) -> str:
+    return f"{table}__swap_job"
+
+
+def rollback_job(table: str) -> str:
+    return f"{table}__rollback_job"
+
+
+def swap_op(table: str) -> str:
+    return f"{table}__swap"
+
+
+def rollback_op(table: str) -> str:
+    return f"{table}__rollback"
+
+
+def driver_sensor(table: str) -> str:
+    """Launches the next batch of `table`'s started plan, inside its window."""
+    return f"{table}__batch_driver"
+
+
+def refresh_sensor(table: str) -> str:
+    """Refreshes the downstream of `table` after a swap or rollback launched from the UI."""
+    return f"{table}__refresh_after_swap"
+
+
+def swap_run_config(table: str, kind: str, plan_id: str) -> dict:
+    """Run config of a swap or rollback job (`kind`) acting on `plan_id`."""
+    op = swap_op(table) if kind == ROLE_SWAP else rollback_op(table)
+    return {"ops": {op: {"config": {"plan_id": plan_id}}}}

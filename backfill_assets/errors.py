@@ -31,3 +31,11 @@ class WarehouseError(BackfillError):
 
 class WarehouseMissing(WarehouseError):
     """The warehouse file does not exist yet (nothing has been built)."""
+
+
+class WriterBusy(ExecutionRefused):
+    """Another run holds the table's writer lease (one writer per table at a time)."""
+
+
+class TargetWriteRefused(BackfillError):
+    """A run that is not the declared daily path tried to write the live table."""

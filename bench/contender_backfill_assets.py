@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backfill_assets.example.declaration import ORDERS_CRITERIA, ORDERS_SPEC
+from backfill_assets.example.declaration import ORDERS, ORDERS_CRITERIA, ORDERS_SPEC
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.dates import days, iso_weeks
 from backfill_assets.lib.gates.evaluate import evaluate_gates
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
@@ -25,11 +26,12 @@ def run_backfill_assets(
 ) -> dict[str, Any]:
     """Backfill [start, end) of orders_daily: shadow + gates per week, then one swap."""
     wh = DuckDBWarehouse(path)
+    wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
     write_s = gates_s = 0.0
     batches = 0
     for w0, w1 in iso_weeks(start, end):
         t0 = time.perf_counter()
-        wh.replace_partitions(ORDERS_SPEC, w0, w1, shadow=True, plan_id=plan_id)
+        wh.replace_partitions(ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id)
         t1 = time.perf_counter()
         outcomes = evaluate_gates(wh, ORDERS_SPEC, ORDERS_CRITERIA, w0, w1, plan_id)
         t2 = time.perf_counter()
@@ -66,12 +68,17 @@ def run_backfill_assets_dagster(path: Path, start: dt.date, end: dt.date) -> dic
     Path(home, "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     import dagster as dg
 
-    from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+    from backfill_assets.constants import ROLE_SWAP, swap_job, swap_run_config
+    from backfill_assets.example.definitions import example_definitions
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import approve_plan
-    from backfill_assets.service.runs import run_job
+    from backfill_assets.service.runs import run_as_writer
+    from backfill_assets.service.tables import backfill_tables
+
+    defs = example_definitions()
+    tables = backfill_tables(defs)
 
     instance = dg.DagsterInstance.get()
     wh = DuckDBWarehouse(path)
@@ -88,31 +95,37 @@ def run_backfill_assets_dagster(path: Path, start: dt.date, end: dt.date) -> dic
     plan = plan_backfill(
         request,
         asset_graph=defs.resolve_asset_graph(),
-        tables=BACKFILLABLE_TABLES,
+        tables=tables,
         instance=instance,
         warehouse=wh,
         now=now,
     )
-    approve_plan(instance, plan, "bench")
+    approve_plan(instance, wh, ORDERS, plan, "bench")
     t1 = time.perf_counter()
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         reports = execute_plan(
             defs,
             instance,
-            BACKFILLABLE_TABLES,
+            wh,
+            tables,
             plan.plan_id,
             clock=lambda: now,
             ignore_window=True,
             log_level="ERROR",
         )
         t2 = time.perf_counter()
-        swap = run_job(
+        swap = run_as_writer(
             defs,
-            "orders_daily__swap_job",
+            swap_job(ORDERS.key),
             instance,
+            wh,
+            ORDERS,
+            role=ROLE_SWAP,
+            plan_id=plan.plan_id,
+            wait_s=30,
             log_level="ERROR",
-            run_config={"ops": {"orders_daily__swap": {"config": {"plan_id": plan.plan_id}}}},
+            run_config=swap_run_config(ORDERS.key, ROLE_SWAP, plan.plan_id),
         )
     t3 = time.perf_counter()
     if not swap.success or any(r.status != "passed" for r in reports):

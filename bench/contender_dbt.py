@@ -69,14 +69,27 @@ def run_dbt_microbatch(path: Path, start: dt.date, end: dt.date) -> dict[str, An
     with tempfile.TemporaryDirectory(prefix="bench-dbt-") as tmp:
         root = Path(tmp)
         write_project(root, path)
-        cmd = [DBT, "run", "--project-dir", str(root), "--profiles-dir", str(root),
-               "--select", "orders_daily",
-               "--event-time-start", start.isoformat(), "--event-time-end", end.isoformat()]
+        cmd = [
+            DBT,
+            "run",
+            "--project-dir",
+            str(root),
+            "--profiles-dir",
+            str(root),
+            "--select",
+            "orders_daily",
+            "--event-time-start",
+            start.isoformat(),
+            "--event-time-end",
+            end.isoformat(),
+        ]
         env = {**os.environ, "DBT_SEND_ANONYMOUS_USAGE_STATS": "false"}
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"dbt run failed ({proc.returncode}):\n{proc.stdout[-3000:]}")
         results = json.loads((root / "target" / "run_results.json").read_text())["results"]
     batches = results[0].get("batch_results") or {}
-    return {"batches": len(batches.get("successful", [])),
-            "failed_batches": len(batches.get("failed", []))}
+    return {
+        "batches": len(batches.get("successful", [])),
+        "failed_batches": len(batches.get("failed", [])),
+    }

@@ -66,8 +66,10 @@ def run_naive_dagster(path: Path, start: dt.date, end: dt.date) -> dict[str, Any
     job = build_job(path)
     size = POLICY.max_partitions_per_run or 1
     runs = chunks(start, end, size)
-    with tempfile.TemporaryDirectory(prefix="bench-dagster-") as home, \
-            dg.instance_for_test(temp_dir=home) as instance:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-dagster-") as home,
+        dg.instance_for_test(temp_dir=home) as instance,
+    ):
         for first, last in runs:
             result = job.execute_in_process(
                 instance=instance,

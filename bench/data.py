@@ -17,11 +17,7 @@ from pathlib import Path
 import duckdb
 
 from backfill_assets.example import orders as o
-from backfill_assets.lib.warehouse.duckdb_adapter import (
-    DuckDBWarehouse,
-    load_plain_partitions,
-    replace_table,
-)
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from bench import plain
 from bench.config import BenchContext, Size
 
@@ -29,12 +25,21 @@ from bench.config import BenchContext, Size
 def load_sources(path: Path, start: dt.date, end: dt.date, rows_per_day: int) -> None:
     """raw_orders for [start, end) plus the FX reference tables, through the project's loaders."""
     wh = DuckDBWarehouse(path)
-    replace_table(wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")],
-                  o.RATES_TO_USD)
-    replace_table(wh, o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")],
-                  o.COUNTRIES)
-    load_plain_partitions(wh, o.RAW_ORDERS, o.RAW_ORDER_COLUMNS, "order_date", o.RAW_ORDERS_SQL,
-                          start, end, {"n": rows_per_day})
+    wh.replace_reference_table(
+        o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    )
+    wh.replace_reference_table(
+        o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")], o.COUNTRIES
+    )
+    wh.replace_plain_partitions(
+        o.RAW_ORDERS,
+        o.RAW_ORDER_COLUMNS,
+        "order_date",
+        o.RAW_ORDERS_SQL,
+        start,
+        end,
+        {"n": rows_per_day},
+    )
     checkpoint(path)
 
 
@@ -97,7 +102,7 @@ class Templates:
         t0 = time.perf_counter()
         path = fresh_copy(self.raw, self.dir / "weekly.duckdb")
         DuckDBWarehouse(path).replace_partitions(
-            ORDERS.spec, self.size.start, self.size.end, build_sql=o.ORDERS_DAILY_SQL_V1
+            ORDERS.spec, self.size.start, self.size.end, build=o.ORDERS_DAILY_SQL_V1
         )
         checkpoint(path)
         self._timed("weekly", t0)

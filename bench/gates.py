@@ -21,6 +21,7 @@ from typing import Any
 
 from backfill_assets.constants import SAMPLE_CHECK, WEEK_INFIX
 from backfill_assets.example.declaration import ORDERS_CRITERIA, ORDERS_SPEC
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.gates.evaluate import GateOutcome, evaluate_gates
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
@@ -54,6 +55,7 @@ class TimedWarehouse:
 
 # -- (i) cost ----------------------------------------------------------------------------------
 
+
 def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     path = fresh_copy(templates.weekly, ctx.workdir / "gates_cost.duckdb")
     wh = DuckDBWarehouse(path)
@@ -63,19 +65,37 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
         plan_id = f"gate_cost_r{rnd}"
         for w0, w1 in weeks:
             t0 = time.perf_counter()
-            wh.replace_partitions(ORDERS_SPEC, w0, w1, shadow=True, plan_id=plan_id)
+            wh.replace_partitions(
+                ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id
+            )
             t1 = time.perf_counter()
             timed = TimedWarehouse(wh)
-            outcomes = evaluate_gates(timed, ORDERS_SPEC, ORDERS_CRITERIA, w0,  # type: ignore[arg-type]
-                                      w1, plan_id)
+            outcomes = evaluate_gates(
+                timed,  # type: ignore[arg-type]
+                ORDERS_SPEC,
+                ORDERS_CRITERIA,
+                w0,
+                w1,
+                plan_id,
+            )
             t2 = time.perf_counter()
             if not all(g.passed for g in outcomes):
                 raise BenchError(f"gates failed on a correct shadow for {w0}..{w1}")
-            samples.append({"week": week_id(w0), "days": (w1 - w0).days, "write_s": t1 - t0,
-                            "gates_s": t2 - t1, "share": (t2 - t1) / (t1 - t0),
-                            "by_query_s": timed.seconds})
-        print(f"  gates cost round {rnd + 1}: share "
-              f"{median([s['share'] for s in samples[-len(weeks):]]):.1%}", flush=True)
+            samples.append(
+                {
+                    "week": week_id(w0),
+                    "days": (w1 - w0).days,
+                    "write_s": t1 - t0,
+                    "gates_s": t2 - t1,
+                    "share": (t2 - t1) / (t1 - t0),
+                    "by_query_s": timed.seconds,
+                }
+            )
+        print(
+            f"  gates cost round {rnd + 1}: share "
+            f"{median([s['share'] for s in samples[-len(weeks) :]]):.1%}",
+            flush=True,
+        )
     queries = samples[0]["by_query_s"].keys()
     return {
         "batches_timed": len(samples),
@@ -90,6 +110,7 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
 
 # -- (ii) detection power ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Corruption:
     name: str
@@ -101,17 +122,30 @@ class Corruption:
 _COLS = column_list(ORDERS_SPEC.column_names)
 CORRUPTIONS = [
     Corruption("missing_row", lambda n: 1, "DELETE FROM {t} WHERE order_id IN ({pick})", 1.0),
-    Corruption("duplicated_key", lambda n: 1,
-               f"INSERT INTO {{t}} ({_COLS}) SELECT {_COLS} FROM {{t}} "
-               "WHERE order_id IN ({pick})", 1.0),
-    Corruption("unchanged_column_1pct", lambda n: max(1, round(n * 0.01)),
-               "UPDATE {t} SET gross_amount = gross_amount + 0.01 WHERE order_id IN ({pick})",
-               0.99),
-    Corruption("unchanged_column_0.1pct", lambda n: max(1, round(n * 0.001)),
-               "UPDATE {t} SET gross_amount = gross_amount + 0.01 WHERE order_id IN ({pick})",
-               None),
-    Corruption("invariant_1pct", lambda n: max(1, round(n * 0.01)),
-               "UPDATE {t} SET net_amount = -1 WHERE order_id IN ({pick})", 0.99),
+    Corruption(
+        "duplicated_key",
+        lambda n: 1,
+        f"INSERT INTO {{t}} ({_COLS}) SELECT {_COLS} FROM {{t}} WHERE order_id IN ({{pick}})",
+        1.0,
+    ),
+    Corruption(
+        "unchanged_column_1pct",
+        lambda n: max(1, round(n * 0.01)),
+        "UPDATE {t} SET gross_amount = gross_amount + 0.01 WHERE order_id IN ({pick})",
+        0.99,
+    ),
+    Corruption(
+        "unchanged_column_0.1pct",
+        lambda n: max(1, round(n * 0.001)),
+        "UPDATE {t} SET gross_amount = gross_amount + 0.01 WHERE order_id IN ({pick})",
+        None,
+    ),
+    Corruption(
+        "invariant_1pct",
+        lambda n: max(1, round(n * 0.01)),
+        "UPDATE {t} SET net_amount = -1 WHERE order_id IN ({pick})",
+        0.99,
+    ),
 ]
 CONTROL = "clean_control"
 
@@ -119,8 +153,10 @@ CONTROL = "clean_control"
 def shadow_week_table(wh: DuckDBWarehouse, day: dt.date) -> str:
     """The physical shadow table holding `day`, looked up in the catalog (not assumed)."""
     want = f"{ORDERS_SPEC.shadow_name}{WEEK_INFIX}{week_id(day)}"
-    rows = wh.query("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' "
-                    "AND table_name = $n", {"n": want})
+    rows = wh.query(
+        "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = $n",
+        {"n": want},
+    )
     if not rows:
         raise BenchError(f"shadow table {want} for {day} does not exist")
     return rows[0][0]
@@ -135,12 +171,17 @@ def plant(wh: DuckDBWarehouse, c: Corruption, day: dt.date, rng: random.Random) 
     that would never land in the sample, which says nothing about real corruption.
     """
     t = quote_ident(shadow_week_table(wh, day))
-    ids = [r[0] for r in wh.query(f"SELECT order_id FROM {t} WHERE order_date = $d "
-                                  "ORDER BY order_id", {"d": day})]
+    ids = [
+        r[0]
+        for r in wh.query(
+            f"SELECT order_id FROM {t} WHERE order_date = $d ORDER BY order_id", {"d": day}
+        )
+    ]
     k = c.rows(len(ids))
     chosen = rng.sample(ids, k)
-    changed = wh.execute(c.sql.format(t=t, pick="SELECT unnest($ids::BIGINT[])"),
-                         {"ids": chosen})[0][0]
+    changed = wh.execute(c.sql.format(t=t, pick="SELECT unnest($ids::BIGINT[])"), {"ids": chosen})[
+        0
+    ][0]
     if changed != k:
         raise BenchError(f"{c.name}: planted {changed} rows, meant {k}")
     return k
@@ -151,8 +192,11 @@ def _sampled_rows_caught(outcomes: list[GateOutcome]) -> bool:
     for g in outcomes:
         if g.check_name == SAMPLE_CHECK:
             m = g.metadata
-            return bool(m["missing_in_target"] or any(m["mismatches_by_column"].values())
-                        or any(m["rule_violations"].values()))
+            return bool(
+                m["missing_in_target"]
+                or any(m["mismatches_by_column"].values())
+                or any(m["rule_violations"].values())
+            )
     return False
 
 
@@ -161,7 +205,7 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
     wh = DuckDBWarehouse(path)
     weeks = list(iso_weeks(ctx.size.start, ctx.size.end))
     w0, w1 = weeks[1] if len(weeks) > 1 else weeks[0]
-    wh.replace_partitions(ORDERS_SPEC, w0, w1, shadow=True, plan_id="detect")
+    wh.replace_partitions(ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id="detect")
     trials: dict[str, list[dict[str, Any]]] = {c.name: [] for c in CORRUPTIONS}
     trials[CONTROL] = []
     for seed in range(ctx.size.detection_seeds):
@@ -170,17 +214,29 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
             day = w0 + dt.timedelta(days=rng.randrange((w1 - w0).days))
             plan_id = f"detect_s{seed}"  # a different gate sample per seed
             planted = plant(wh, c, day, random.Random(f"{seed}-{c.name}")) if c else 0
-            outcomes = evaluate_gates(wh, ORDERS_SPEC, ORDERS_CRITERIA, day,
-                                      day + dt.timedelta(days=1), plan_id)
+            outcomes = evaluate_gates(
+                wh, ORDERS_SPEC, ORDERS_CRITERIA, day, day + dt.timedelta(days=1), plan_id
+            )
             if c:  # put the clean day back for the next trial
-                wh.replace_partitions(ORDERS_SPEC, day, day + dt.timedelta(days=1), shadow=True,
-                                      plan_id="detect")
+                wh.replace_partitions(
+                    ORDERS_SPEC,
+                    day,
+                    day + dt.timedelta(days=1),
+                    build=ORDERS_SQL,
+                    shadow=True,
+                    plan_id="detect",
+                )
             failed = sorted({g.check_name for g in outcomes if not g.passed})
-            trials[c.name if c else CONTROL].append({
-                "seed": seed, "day": day.isoformat(), "rows_planted": planted,
-                "caught": bool(failed), "failed_gates": failed,
-                "sampled_rows_caught": _sampled_rows_caught(outcomes),
-            })
+            trials[c.name if c else CONTROL].append(
+                {
+                    "seed": seed,
+                    "day": day.isoformat(),
+                    "rows_planted": planted,
+                    "caught": bool(failed),
+                    "failed_gates": failed,
+                    "sampled_rows_caught": _sampled_rows_caught(outcomes),
+                }
+            )
         print(f"  gates detection seed {seed + 1}/{ctx.size.detection_seeds}", flush=True)
     return summarise_detection(trials)
 
@@ -199,17 +255,26 @@ def summarise_detection(trials: dict[str, list[dict[str, Any]]]) -> dict[str, An
             "sampled_rows_alone_share": sum(t["sampled_rows_caught"] for t in ts) / len(ts),
             "failed_gate_counts": by_gate,
         }
-    goals = [goal(f"{c.name} caught", kinds[c.name]["caught_share"] * 100, c.min_caught * 100,
-                  op=">=", unit="%")
-             for c in CORRUPTIONS if c.min_caught is not None]
-    goals.append(goal("clean shadow flagged", kinds[CONTROL]["caught_share"] * 100, 0.0,
-                      unit="%"))
+    goals = [
+        goal(
+            f"{c.name} caught",
+            kinds[c.name]["caught_share"] * 100,
+            c.min_caught * 100,
+            op=">=",
+            unit="%",
+        )
+        for c in CORRUPTIONS
+        if c.min_caught is not None
+    ]
+    goals.append(goal("clean shadow flagged", kinds[CONTROL]["caught_share"] * 100, 0.0, unit="%"))
     return {"kinds": kinds, "goals": goals}
 
 
 def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     cost = measure_cost(ctx, templates)
     detection = measure_detection(ctx, templates)
-    goals = [goal("gate time / shadow write time per batch", cost["share_median"] * 100, 10.0,
-                  unit="%"), *detection.pop("goals")]
+    goals = [
+        goal("gate time / shadow write time per batch", cost["share_median"] * 100, 10.0, unit="%"),
+        *detection.pop("goals"),
+    ]
     return {"cost": cost, "detection": detection, "goals": goals}

@@ -30,18 +30,35 @@ def run_contender(
     `wall_s` is measured inside the child from before its contender imports to the end.
     """
     log = log_dir / f"{name}.log"
-    cmd = [PYTHON, "-m", "bench.contenders", name, "--db", str(db),
-           "--start", start.isoformat(), "--end", end.isoformat()]
+    cmd = [
+        PYTHON,
+        "-m",
+        "bench.contenders",
+        name,
+        "--db",
+        str(db),
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat(),
+    ]
     t0 = time.perf_counter()
     with log.open("a") as err:
-        proc = subprocess.run(cmd, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=err, text=True,
-                              timeout=CONTENDER_TIMEOUT_S, check=False)
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO_DIR,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=CONTENDER_TIMEOUT_S,
+            check=False,
+        )
     process_s = time.perf_counter() - t0
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     if proc.returncode != 0 or not lines:
         tail = "\n".join(log.read_text().splitlines()[-30:])
         raise BenchError(f"contender {name} failed (exit {proc.returncode}); log {log}:\n{tail}")
-    result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
     result["process_s"] = process_s
     if result["status"] == "ok":
         kb = max(result["peak_rss_self_kb"], result["peak_rss_children_kb"])

@@ -26,8 +26,11 @@ def create_table(con: duckdb.DuckDBPyConnection, table: str = TABLE) -> None:
 
 
 def replace_range(
-    con: duckdb.DuckDBPyConnection, start: dt.date, end: dt.date,
-    build_sql: str = ORDERS_DAILY_SQL, table: str = TABLE,
+    con: duckdb.DuckDBPyConnection,
+    start: dt.date,
+    end: dt.date,
+    build_sql: str = ORDERS_DAILY_SQL,
+    table: str = TABLE,
 ) -> None:
     """DELETE + INSERT…SELECT of days [start, end) in one transaction: the cheapest safe-ish write.
 

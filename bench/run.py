@@ -36,15 +36,25 @@ MEASURES: dict[str, Measure] = {
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--size", choices=sorted(SIZES), default="default")
-    ap.add_argument("--repeats", type=int, default=3,
-                    help="rounds per measure; figures are medians (use >= 3 for real numbers)")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="rounds per measure; figures are medians (use >= 3 for real numbers)",
+    )
     ap.add_argument("--only", choices=sorted(MEASURES), help="run just this measure")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where latest.json/.md go")
-    ap.add_argument("--workdir", type=Path, help="scratch folder for DuckDB files (default: a "
-                    "temp dir, removed afterwards)")
+    ap.add_argument(
+        "--workdir",
+        type=Path,
+        help="scratch folder for DuckDB files (default: a temp dir, removed afterwards)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
     args = ap.parse_args(argv)
     if args.repeats < 1:
@@ -72,8 +82,12 @@ def run_measures(ctx: BenchContext, names: list[str], started_at: str) -> dict[s
         if results.get("status") == NOT_YET_MEASURED:
             entries[name] = {"status": NOT_YET_MEASURED}
         else:
-            entries[name] = {"status": "measured", "measured_at": started_at,
-                             "seconds": seconds, "results": results}
+            entries[name] = {
+                "status": "measured",
+                "measured_at": started_at,
+                "seconds": seconds,
+                "results": results,
+            }
         print(f"[bench] {name} done in {seconds:.1f} s", flush=True)
     entries["_template_build_s"] = templates.build_seconds
     return entries
@@ -95,15 +109,22 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     doc = _previous(args.out, size.name) if args.only else {}
-    doc.update({
-        "machine": machine(),
-        "run": {"size": size.name, "sizes": size.to_dict(), "repeats": args.repeats,
-                "only": args.only, "started_at": started_at,
+    doc.update(
+        {
+            "machine": machine(),
+            "run": {
+                "size": size.name,
+                "sizes": size.to_dict(),
+                "repeats": args.repeats,
+                "only": args.only,
+                "started_at": started_at,
                 "total_wall_s": time.perf_counter() - t0,
                 "loadavg_1_5_15_start": list(load_start),
                 "loadavg_1_5_15_end": list(os.getloadavg()),
-                "template_build_s": entries.pop("_template_build_s")},
-    })
+                "template_build_s": entries.pop("_template_build_s"),
+            },
+        }
+    )
     doc.update(entries)
     for name in MEASURES:
         doc.setdefault(name, {"status": "not run"})

@@ -18,6 +18,7 @@ from typing import Any
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_BUILD
 from backfill_assets.lib.dates import days
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from bench.config import BenchContext
@@ -54,8 +55,7 @@ def build_base(ctx: BenchContext) -> Path:
     r0, r1 = _range(ctx)
     path = ctx.workdir / "swap_base.duckdb"
     load_sources(path, r0, r1, ctx.size.swap_rows_per_day)
-    DuckDBWarehouse(path).replace_partitions(ORDERS_SPEC, r0, r1,
-                                             build_sql=o.ORDERS_DAILY_SQL_V1)
+    DuckDBWarehouse(path).replace_partitions(ORDERS_SPEC, r0, r1, build=o.ORDERS_DAILY_SQL_V1)
     checkpoint(path)
     return path
 
@@ -63,14 +63,16 @@ def build_base(ctx: BenchContext) -> Path:
 def add_history(path: Path, r0: dt.date, weeks: int) -> None:
     """`weeks` full ISO weeks of live rows right before r0, copied from the range's first week."""
     wh = DuckDBWarehouse(path)
-    wh.execute(f"CREATE OR REPLACE TABLE {SEED_TABLE} AS SELECT * FROM {ORDERS_SPEC.name} "
-               "WHERE order_date >= $s AND order_date < $e",
-               {"s": r0, "e": r0 + dt.timedelta(weeks=1)})
+    wh.execute(
+        f"CREATE OR REPLACE TABLE {SEED_TABLE} AS SELECT * FROM {ORDERS_SPEC.name} "
+        "WHERE order_date >= $s AND order_date < $e",
+        {"s": r0, "e": r0 + dt.timedelta(weeks=1)},
+    )
     h0 = r0 - dt.timedelta(weeks=weeks)
     for i in range(0, weeks, BUILD_CHUNK_WEEKS):
         c0 = h0 + dt.timedelta(weeks=i)
         c1 = min(c0 + dt.timedelta(weeks=BUILD_CHUNK_WEEKS), r0)
-        wh.replace_partitions(ORDERS_SPEC, c0, c1, build_sql=SHIFTED_WEEK_SQL)
+        wh.replace_partitions(ORDERS_SPEC, c0, c1, build=SHIFTED_WEEK_SQL)
     wh.execute(f"DROP TABLE {SEED_TABLE}")
     checkpoint(path)
 
@@ -85,7 +87,8 @@ def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, f
     """Build a shadow for the range (untimed), then time the swap and the rollback."""
     wh = DuckDBWarehouse(path)
     before = wh.checksums(ORDERS_SPEC, r0, r1)
-    wh.replace_partitions(ORDERS_SPEC, r0, r1, shadow=True, plan_id=plan_id)
+    wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
+    wh.replace_partitions(ORDERS_SPEC, r0, r1, build=ORDERS_BUILD, shadow=True, plan_id=plan_id)
     t0 = time.perf_counter()
     swapped = wh.swap(ORDERS_SPEC, plan_id, days(r0, r1))
     t1 = time.perf_counter()
@@ -95,8 +98,12 @@ def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, f
         raise BenchError(f"swap/rollback of {plan_id}: {swapped.action}, {rolled.action}")
     if wh.checksums(ORDERS_SPEC, r0, r1) != before:
         raise BenchError(f"rollback of {plan_id} did not restore the range's rows")
-    return {"swap_s": t1 - t0, "rollback_s": t2 - t1,
-            "swap_inner_s": swapped.seconds, "rollback_inner_s": rolled.seconds}
+    return {
+        "swap_s": t1 - t0,
+        "rollback_s": t2 - t1,
+        "swap_inner_s": swapped.seconds,
+        "rollback_inner_s": rolled.seconds,
+    }
 
 
 def run(ctx: BenchContext) -> dict[str, Any]:
@@ -113,27 +120,39 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     build_s = time.perf_counter() - t0
     samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
     for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
-        for factor in ((lo, hi) if rnd % 2 == 0 else (hi, lo)):
+        for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
             s = swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}")
             samples[factor].append(s)
-            print(f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
-                  f"rollback {s['rollback_s'] * 1000:.0f} ms", flush=True)
+            print(
+                f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
+                f"rollback {s['rollback_s'] * 1000:.0f} ms",
+                flush=True,
+            )
     variants = {
-        f"{f}x": {**facts[f], "n": len(samples[f]),
-                  **{k: median([s[k] for s in samples[f]]) for k in samples[f][0]},
-                  "swap_s_runs": [s["swap_s"] for s in samples[f]],
-                  "rollback_s_runs": [s["rollback_s"] for s in samples[f]]}
+        f"{f}x": {
+            **facts[f],
+            "n": len(samples[f]),
+            **{k: median([s[k] for s in samples[f]]) for k in samples[f][0]},
+            "swap_s_runs": [s["swap_s"] for s in samples[f]],
+            "rollback_s_runs": [s["rollback_s"] for s in samples[f]],
+        }
         for f in (lo, hi)
     }
     ratios = {
-        f"swap {hi}x/{lo}x": paired_ratio([s["swap_s"] for s in samples[hi]],
-                                         [s["swap_s"] for s in samples[lo]]),
-        f"rollback {hi}x/{lo}x": paired_ratio([s["rollback_s"] for s in samples[hi]],
-                                             [s["rollback_s"] for s in samples[lo]]),
+        f"swap {hi}x/{lo}x": paired_ratio(
+            [s["swap_s"] for s in samples[hi]], [s["swap_s"] for s in samples[lo]]
+        ),
+        f"rollback {hi}x/{lo}x": paired_ratio(
+            [s["rollback_s"] for s in samples[hi]], [s["rollback_s"] for s in samples[lo]]
+        ),
     }
     return {
-        "range": {"start": r0.isoformat(), "end": r1.isoformat(), "weeks": ctx.size.swap_weeks,
-                  "rows_per_day": ctx.size.swap_rows_per_day},
+        "range": {
+            "start": r0.isoformat(),
+            "end": r1.isoformat(),
+            "weeks": ctx.size.swap_weeks,
+            "rows_per_day": ctx.size.swap_rows_per_day,
+        },
         "variants": variants,
         "ratios": ratios,
         "goals": [goal(f"wall {k}", v, 1.2) for k, v in ratios.items()],

@@ -1,20 +1,26 @@
 """Shared fixtures: a real DuckDB file under tmp_path, a real Dagster instance, a real dbt parse.
 
 Each test gets its own warehouse file (BACKFILL_ASSETS_WAREHOUSE points at it) and its own
-instance; the definitions are loaded once per session (the dbt manifest is parsed then).
+instance; the example's definitions are loaded once per session (the dbt manifest is parsed
+then). The example's dbt project is found through BACKFILL_ASSETS_DBT_PROJECT, as an installed
+deployment would find it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
-from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("BACKFILL_ASSETS_DBT_PROJECT", str(REPO / "dbt_project"))
 
 # A fixed, fully landed history window for tests that do not depend on "now".
 HISTORY_START = dt.date(2026, 1, 1)
@@ -29,9 +35,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture(scope="session")
 def defs() -> dg.Definitions:
-    from backfill_assets.definitions import defs as project_defs
+    from backfill_assets.example.definitions import example_definitions
 
-    return project_defs
+    return example_definitions()
+
+
+@pytest.fixture(scope="session")
+def tables(defs):
+    from backfill_assets.service.tables import backfill_tables
+
+    return backfill_tables(defs)
 
 
 @pytest.fixture
@@ -64,25 +77,20 @@ def landed(defs, instance, wh) -> DuckDBWarehouse:
 
 
 @pytest.fixture
-def history(landed) -> DuckDBWarehouse:
+def history(instance, landed) -> DuckDBWarehouse:
     """orders_daily built for the window by the buggy v1 logic (warehouse write, no dbt)."""
-    from backfill_assets.example.declaration import ORDERS
+    from backfill_assets.example.seed import write_history
 
-    landed.replace_partitions(
-        ORDERS.spec,
-        HISTORY_START,
-        HISTORY_END + dt.timedelta(days=1),
-        build_sql=ORDERS.build_sql("1"),
-    )
+    write_history(instance, landed, HISTORY_START, HISTORY_END, logic="1")
     return landed
 
 
 @pytest.fixture
 def history_with_marts(defs, instance, landed) -> DuckDBWarehouse:
-    """orders_daily and its dbt marts built for the window by the daily job with logic v1."""
+    """orders_daily for the window by logic v1, and its dbt marts."""
     from backfill_assets.example.seed import build_history
 
-    build_history(defs, instance, HISTORY_START, HISTORY_END, logic_version="1")
+    build_history(defs, instance, landed, HISTORY_START, HISTORY_END, logic="1")
     return landed
 
 
@@ -93,11 +101,12 @@ WINDOW = "02:00-23:00"
 
 def make_plan(defs, instance, wh, start: str, end: str, approve: bool = True, **kw):
     """Plan (and approve) a backfill of orders_daily with the project's real planner."""
-    from backfill_assets.definitions import BACKFILLABLE_TABLES
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.tables import backfill_tables
 
+    tables = kw.pop("tables", None) or backfill_tables(defs)
     request = PlanRequest(
         "orders_daily",
         start,
@@ -110,11 +119,11 @@ def make_plan(defs, instance, wh, start: str, end: str, approve: bool = True, **
     plan = plan_backfill(
         request,
         asset_graph=defs.resolve_asset_graph(),
-        tables=BACKFILLABLE_TABLES,
+        tables=tables,
         instance=instance,
         warehouse=wh,
         now=kw.pop("now", NOW),
     )
     if approve:
-        approve_plan(instance, plan, "tests")
+        approve_plan(instance, wh, tables["orders_daily"], plan, "tests")
     return plan

@@ -46,8 +46,13 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         assert doc[name]["results"], f"{name} has no results"
         assert doc[name]["results"]["goals"], f"{name} reports no goals"
     contenders = doc["safety_overhead"]["results"]["contenders"]
-    for name in ("floor", "naive_dagster", "dbt_microbatch", "backfill_assets",
-                 "backfill_assets_dagster"):
+    for name in (
+        "floor",
+        "naive_dagster",
+        "dbt_microbatch",
+        "backfill_assets",
+        "backfill_assets_dagster",
+    ):
         assert contenders[name]["status"] == "measured"
     assert doc["machine"]["nproc"] >= 1
     assert (tmp_path / "latest.md").read_text().startswith("# backfill_assets bench")

@@ -4,15 +4,15 @@ import datetime as dt
 
 import dagster as dg
 
-from backfill_assets.defs.production import orders_daily_sensor
+from backfill_assets.example.daily import daily_run_keys
 from backfill_assets.example.seed import land_days
-from backfill_assets.lib.daily import daily_run_keys
 
 TODAY = dt.datetime.now(dt.UTC).date()
 
 
-def _tick(instance, cursor=None) -> dg.SensorResult:
-    result = orders_daily_sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
+def _tick(defs, instance, cursor=None) -> dg.SensorResult:
+    sensor = next(s for s in defs.sensors if s.name == "orders_daily_sensor")
+    result = sensor(dg.build_sensor_context(instance=instance, cursor=cursor))
     assert isinstance(result, dg.SensorResult)
     return result
 
@@ -24,19 +24,19 @@ def test_the_sensor_requests_exactly_one_run_per_landed_day_and_none_for_a_day_n
     before = TODAY - dt.timedelta(days=3)
     land_days(defs, instance, before, before, 50)
     land_days(defs, instance, yesterday, yesterday, 50)  # the day in between never landed
-    first = _tick(instance)
+    first = _tick(defs, instance)
     requested = [(r.partition_key, r.run_key) for r in first.run_requests or []]
     assert requested == [
         (before.isoformat(), f"daily-{before.isoformat()}"),
         (yesterday.isoformat(), f"daily-{yesterday.isoformat()}"),
     ]
-    again = _tick(instance, first.cursor)
+    again = _tick(defs, instance, first.cursor)
     assert not again.run_requests  # nothing new has landed
     assert again.skip_reason is not None
     # A day landing again (a restatement) asks for the same deterministic run key, which the
     # daemon does not launch twice.
     land_days(defs, instance, yesterday, yesterday, 50)
-    (req,) = _tick(instance, first.cursor).run_requests or []
+    (req,) = _tick(defs, instance, first.cursor).run_requests or []
     assert req.run_key == f"daily-{yesterday.isoformat()}"
 
 

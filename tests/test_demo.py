@@ -17,7 +17,7 @@ def test_the_demo_tells_the_whole_story_and_exits_0(tmp_path):
         "DAGSTER_HOME": str(home),
         "BACKFILL_ASSETS_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
     }
-    exe = Path(sys.executable).with_name("backfill-assets")
+    exe = Path(sys.executable).with_name("backfill-assets-example")
     done = subprocess.run(
         [str(exe), "demo", "--rows-per-day", "150"],
         capture_output=True,

@@ -12,7 +12,8 @@ import pytest
 from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, TargetInfo, build_plan
 from backfill_assets.lib.planning.criteria import Criteria, RowCountCriterion, SampleCriterion
 from backfill_assets.lib.planning.plan import BackfillPlan
-from backfill_assets.service.driver import (
+from backfill_assets.lib.planning.windows import resolve_local
+from backfill_assets.service.batch_decision import (
     FAILED_GATES,
     FAILED_RUN,
     PASSED,
@@ -31,6 +32,7 @@ def make_plan(
     timezone: str = "UTC",
     daily_start: dt.time = dt.time(1, 0),
     now: dt.datetime = PLANNED_AT,
+    target_timezone: str = "UTC",
 ) -> BackfillPlan:
     """A plan of 2026-01-03..2026-01-17 (3 batches) from the real planner; with the default
     daily run (expected 01:00 UTC, 900 s, 30 min margins) its slot is 00:30-01:45 UTC."""
@@ -39,7 +41,7 @@ def make_plan(
         shadow_key="orders_daily__shadow",
         partitions_start=dt.date(2025, 1, 1),
         partitions_end=None,
-        timezone="UTC",
+        timezone=target_timezone,
         daily_job="orders_daily_job",
         daily_expected_start=daily_start,
         columns=("order_id", "order_date"),
@@ -140,9 +142,7 @@ def test_inside_the_daily_slot_nothing_launches_even_inside_the_window():
     # The planner refuses a window over the daily slot; but the driver checks the slot on its
     # own (on DST days the real slot can drift into a window), so force one here.
     base = make_plan("22:00-06:00", daily_start=dt.time(12, 0))
-    contention = dataclasses.replace(
-        base.contention, daily_slot_start="00:30", daily_slot_end="01:45"
-    )
+    contention = dataclasses.replace(base.contention, daily_expected_start="01:00")
     plan = dataclasses.replace(base, contention=contention)
     d = decide(plan, at("2026-02-03 00:45"))
     assert d.launch is None
@@ -152,6 +152,30 @@ def test_inside_the_daily_slot_nothing_launches_even_inside_the_window():
     assert late.launch is None
     assert "needs 7200 s but the daily run's slot 00:30-01:45 UTC starts in 5400 s" in late.reason
     assert decide(needing(plan, 3000), at("2026-02-02 23:00")).launch is not None
+
+
+@pytest.mark.parametrize("day", ["2026-01-15", "2026-03-15", "2026-07-15", "2026-10-28"])
+def test_the_daily_slot_follows_the_daily_jobs_own_clock_across_both_dst_changes(day):
+    # The plan is in New York, the daily job runs at 01:00 Berlin. Europe and the US change
+    # their clocks weeks apart: on 2026-03-15 and 2026-10-28 Berlin is 5 hours ahead of New York,
+    # not 6. Regression: the driver kept the slot as shown in the plan's zone on the day it was
+    # planned (18:30-19:45 New York, in February), so on those days it launched batches inside
+    # the real slot (19:30-20:45 New York).
+    planned = make_plan(
+        "02:00-17:00", "America/New_York", daily_start=dt.time(1, 0),
+        target_timezone="Europe/Berlin",
+    )  # fmt: skip
+    window = dataclasses.replace(planned.window, start="12:00", end="23:59")
+    plan = dataclasses.replace(planned, window=window)  # a window over the slot, forced
+    daily = resolve_local(
+        dt.date.fromisoformat(day) + dt.timedelta(days=1), dt.time(1, 0), BERLIN, edge="start"
+    )
+    inside = decide(plan, daily + dt.timedelta(minutes=5))
+    assert inside.launch is None
+    assert "inside the daily run's slot 00:30-01:45 Europe/Berlin" in inside.reason
+    assert decide(plan, daily - dt.timedelta(minutes=25)).launch is None  # the margin before
+    after = decide(plan, daily + dt.timedelta(minutes=46))  # 15 min run + 30 min margin
+    assert after.launch is not None
 
 
 def test_a_queued_or_running_daily_run_holds_every_batch():

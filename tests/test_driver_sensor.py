@@ -18,21 +18,22 @@ from backfill_assets.constants import (
     PLAN_ID_TAG,
     ROLE_DAILY,
     ROLE_TAG,
-    WRITER_TAG,
-)
-from backfill_assets.definitions import BACKFILLABLE_TABLES, TABLE_DEFINITIONS
-from backfill_assets.defs.driver import (
-    DRIVER_SENSOR,
-    REFRESH_SENSOR,
     START_JOB,
-    driver_definitions,
-    refresh_run_requests,
-    start_plan,
+    WRITER_TAG,
+    driver_sensor,
+    refresh_sensor,
+    shadow_job,
 )
-from backfill_assets.service.executor import batch_tags, shadow_job_name
+from backfill_assets.defs.table_assets import table_definitions
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.service.batch_driver import refresh_run_requests, start_plan
+from backfill_assets.service.executor import batch_tags
 from backfill_assets.service.plans import PLAN_KEY, latest_plan_record
 from backfill_assets.service.runs import run_job
 from tests.conftest import make_plan
+
+DRIVER_SENSOR = driver_sensor(ORDERS.key)
+REFRESH_SENSOR = refresh_sensor(ORDERS.key)
 
 UTC = dt.UTC
 WINDOW = "02:00-05:00"  # UTC; the daily run's slot is 00:30-01:45 UTC
@@ -42,7 +43,7 @@ BEGUN = INSIDE - dt.timedelta(minutes=10)  # when runs created by these tests st
 
 
 def sensor(name: str, now: dt.datetime) -> dg.SensorDefinition:
-    built = driver_definitions(BACKFILLABLE_TABLES, TABLE_DEFINITIONS, clock=lambda: now)
+    built = table_definitions(ORDERS, clock=lambda: now)
     return next(s for s in built.sensors or [] if s.name == name)
 
 
@@ -132,7 +133,7 @@ def test_after_batch_one_passed_its_gates_the_driver_requests_batch_two(defs, in
     first = plan.batches[0]
     assert run_job(
         defs,
-        shadow_job_name(plan.target),
+        shadow_job(plan.target),
         instance,
         start=first.start,
         end_inclusive=first.end,

@@ -8,33 +8,21 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from backfill_assets.constants import GATE_NAMES, PLAN_ID_TAG
-from backfill_assets.definitions import BACKFILLABLE_TABLES
+from backfill_assets.constants import GATE_NAMES, PLAN_ID_TAG, shadow_job
 from backfill_assets.errors import GateFailed, SwapRefused
 from backfill_assets.example.declaration import ORDERS
-from backfill_assets.service.executor import batch_done, execute_plan, shadow_job_name
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
+from backfill_assets.service.executor import batch_done
+from backfill_assets.service.refresh import refresh_downstream
 from backfill_assets.service.runs import run_job
-from backfill_assets.service.swap import perform_swap, refresh_downstream
-from tests.conftest import HISTORY_END, HISTORY_START, NOW, make_plan
+from backfill_assets.service.swap import perform_swap
+from tests.conftest import HISTORY_END, HISTORY_START, make_plan
+from tests.helpers import execute, refused_message, swap_or_rollback
 
 SPEC = ORDERS.spec
 # 2026-01-03..2026-01-17: batch 1 = Sat-Sun of ISO week 1, batch 2 = week 2, batch 3 = week 3.
 START, END = dt.date(2026, 1, 3), dt.date(2026, 1, 17)
 BAD_DAY = dt.date(2026, 1, 7)  # in batch 2
-
-
-def _execute(defs, instance, plan, **kw):
-    return execute_plan(defs, instance, BACKFILLABLE_TABLES, plan.plan_id, clock=lambda: NOW, **kw)
-
-
-def _swap_job(defs, instance, plan_id, kind="swap"):
-    return run_job(
-        defs,
-        f"orders_daily__{kind}_job",
-        instance,
-        raise_on_error=False,
-        run_config={"ops": {f"orders_daily__{kind}": {"config": {"plan_id": plan_id}}}},
-    )
 
 
 def _checksums(wh):
@@ -49,12 +37,6 @@ def _wrong_fx(wh):
     )[0][0]
 
 
-def _refused_message(result) -> str:
-    from backfill_assets.cli import _run_error
-
-    return _run_error(result) or ""
-
-
 def test_whole_story_plan_batches_gates_swap_refresh_then_rollback_restores_checksum(
     defs, instance, history_with_marts
 ):
@@ -64,11 +46,11 @@ def test_whole_story_plan_batches_gates_swap_refresh_then_rollback_restores_chec
     before = _checksums(wh)
     assert _wrong_fx(wh) > 0
 
-    reports = _execute(defs, instance, plan)
+    reports = execute(defs, instance, wh, plan)
     assert [r.status for r in reports] == ["passed"] * 3
     assert _checksums(wh) == before  # batches write the shadow only
 
-    swap = _swap_job(defs, instance, plan.plan_id)
+    swap = swap_or_rollback(defs, instance, wh, plan.plan_id)
     assert swap.success
     after = _checksums(wh)
     changed = {d for d in before if before[d] != after[d]}
@@ -80,7 +62,7 @@ def test_whole_story_plan_batches_gates_swap_refresh_then_rollback_restores_chec
     meta = mats[0].event_specific_data.materialization.metadata  # type: ignore[union-attr]
     assert {"rows_in", "rows_out", "checksum_in", "checksum_out"} <= set(meta)
 
-    results = refresh_downstream(defs, instance, plan)
+    results = refresh_downstream(defs, instance, wh, ORDERS, plan, wait_s=5)
     assert all(ok for _, ok in results)
     refreshed = {k for req, _ in results for k in req.asset_keys}
     assert refreshed == {"fct_daily_revenue", "fct_weekly_revenue", "stg_orders", "dim_customers"}
@@ -98,14 +80,14 @@ def test_whole_story_plan_batches_gates_swap_refresh_then_rollback_restores_chec
         == expected
     )
 
-    rollback = _swap_job(defs, instance, plan.plan_id, "rollback")
+    rollback = swap_or_rollback(defs, instance, wh, plan.plan_id, "rollback")
     assert rollback.success
     assert _checksums(wh) == before
 
 
 def test_gates_are_recorded_per_partition_with_readable_metadata(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan, max_batches=2)
+    execute(defs, instance, history, plan, max_batches=2)
     keys = [dg.AssetCheckKey(dg.AssetKey(plan.shadow), g) for g in GATE_NAMES]
     infos = instance.event_log_storage.get_asset_check_partition_info(keys)
     recorded = {(i.check_key.name, i.partition_key) for i in infos if i.partition_key}
@@ -155,17 +137,17 @@ def test_a_planted_corruption_fails_its_gate_halts_the_plan_and_the_swap_refuses
     before = _checksums(history)
 
     with pytest.raises(GateFailed) as failed:
-        _execute(defs, instance, plan)
+        execute(defs, instance, history, plan)
     assert f"{BAD_DAY} {gate}" in str(failed.value)
     assert "halted at batch 2" in str(failed.value)
     # Batch 3 never started.
     batch_runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))
     assert sorted(r.tags["backfill_assets/batch"] for r in batch_runs) == ["1", "2"]
 
-    swap = _swap_job(defs, instance, plan.plan_id)
+    swap = swap_or_rollback(defs, instance, history, plan.plan_id)
     assert not swap.success
-    assert "cannot be swapped" in _refused_message(swap)
-    assert f"{BAD_DAY} {gate} failed" in _refused_message(swap)
+    assert "cannot be swapped" in refused_message(swap)
+    assert f"{BAD_DAY} {gate} failed" in refused_message(swap)
     assert _checksums(history) == before
 
 
@@ -174,7 +156,7 @@ def test_a_failed_sample_gate_shows_the_mismatching_rows(defs, instance, history
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
     history.execute(sql, {"d": BAD_DAY})
     with pytest.raises(GateFailed):
-        _execute(defs, instance, plan)
+        execute(defs, instance, history, plan)
     info = instance.event_log_storage.get_latest_asset_check_execution_by_key(
         [dg.AssetCheckKey(dg.AssetKey(plan.shadow), "sample_gate")],
         partition_filter=None,
@@ -199,18 +181,18 @@ def test_re_running_a_halted_plan_after_the_fix_redoes_only_what_did_not_pass(
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
     history.execute(CORRUPTIONS["changed_unchanged_column"][0], {"d": BAD_DAY})
     with pytest.raises(GateFailed):
-        _execute(defs, instance, plan)
+        execute(defs, instance, history, plan)
     land_days(defs, instance, BAD_DAY, BAD_DAY, 300)  # the fix: the source day re-landed
-    reports = _execute(defs, instance, plan)
+    reports = execute(defs, instance, history, plan)
     assert [r.status for r in reports] == ["skipped (already passed)", "passed", "passed"]
-    assert _swap_job(defs, instance, plan.plan_id).success
+    assert swap_or_rollback(defs, instance, history, plan.plan_id).success
 
 
 def test_swap_refuses_when_one_partition_was_never_checked(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan, max_batches=2)
+    execute(defs, instance, history, plan, max_batches=2)
     before = _checksums(history)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    table = ORDERS
     with pytest.raises(SwapRefused, match=r"2026-01-12 row_count_gate not run"):
         perform_swap(instance, table, history, plan.plan_id)
     assert _checksums(history) == before
@@ -218,8 +200,8 @@ def test_swap_refuses_when_one_partition_was_never_checked(defs, instance, histo
 
 def test_swap_refuses_when_a_partition_was_rewritten_after_its_check(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    execute(defs, instance, history, plan)
+    table = ORDERS
     # A write of the shadow recorded after its gates (e.g. by an external process).
     instance.report_runless_asset_event(
         dg.AssetMaterialization(asset_key=plan.shadow, partition="2026-01-08")
@@ -230,30 +212,32 @@ def test_swap_refuses_when_a_partition_was_rewritten_after_its_check(defs, insta
     assert _checksums(history) == before
 
 
-def test_swap_refuses_shadow_rewritten_by_a_run_outside_the_plan(defs, instance, history):
+def test_a_shadow_run_outside_the_plan_is_refused_and_the_swap_still_holds(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan)
-    # A hand-launched run of the shadow job without the plan's tag re-writes one day; its own
-    # gates pass, but the shadow of that day no longer belongs to the plan.
-    assert run_job(
-        defs, shadow_job_name("orders_daily"), instance, partition_key="2026-01-08"
-    ).success
-    before = _checksums(history)
-    table = BACKFILLABLE_TABLES["orders_daily"]
-    with pytest.raises(SwapRefused, match="was not built by plan"):
-        perform_swap(instance, table, history, plan.plan_id)
-    assert _checksums(history) == before
+    execute(defs, instance, history, plan)
+    shadow_before = history.checksums(SPEC, START, END + dt.timedelta(days=1), shadow=True)
+    # Regression: a hand-launched run of the shadow job without the plan's tag re-wrote one day,
+    # leaving the plan's shadow to be caught by the swap only. Now the shadow belongs to the plan
+    # that holds the table: such a run is refused before it writes.
+    result = run_job(
+        defs, shadow_job("orders_daily"), instance, partition_key="2026-01-08", raise_on_error=False
+    )
+    assert not result.success
+    assert f"tag backfill_assets/plan_id={plan.plan_id}" in refused_message(result)
+    assert history.checksums(SPEC, START, END + dt.timedelta(days=1), shadow=True) == shadow_before
+    assert perform_swap(instance, ORDERS, history, plan.plan_id).action == "swapped"
 
 
 def test_swap_refuses_when_the_daily_run_wrote_a_partition_after_its_shadow(
     defs, instance, history
 ):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan)
+    execute(defs, instance, history, plan)
     day = dt.date(2026, 1, 16)
-    history.replace_partitions(SPEC, day, day + dt.timedelta(days=1))  # the daily job's write
+    # The daily job's write.
+    history.replace_partitions(SPEC, day, day + dt.timedelta(days=1), build=ORDERS_SQL)
     before = _checksums(history)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    table = ORDERS
     with pytest.raises(SwapRefused, match="written after its shadow was built for 2026-01-16"):
         perform_swap(instance, table, history, plan.plan_id)
     assert _checksums(history) == before
@@ -261,14 +245,14 @@ def test_swap_refuses_when_the_daily_run_wrote_a_partition_after_its_shadow(
 
 def test_re_running_a_batch_is_idempotent(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan, max_batches=1)
+    execute(defs, instance, history, plan, max_batches=1)
     batch = plan.batches[0]
     first = history.checksums(SPEC, batch.start, batch.end_exclusive, shadow=True)
     from backfill_assets.service.executor import batch_tags
 
     assert run_job(
         defs,
-        shadow_job_name("orders_daily"),
+        shadow_job("orders_daily"),
         instance,
         start=batch.start,
         end_inclusive=batch.end,
@@ -280,26 +264,27 @@ def test_re_running_a_batch_is_idempotent(defs, instance, history):
 
 def test_swap_and_rollback_are_idempotent(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    execute(defs, instance, history, plan)
+    table = ORDERS
     assert perform_swap(instance, table, history, plan.plan_id).action == "swapped"
     after = _checksums(history)
     assert perform_swap(instance, table, history, plan.plan_id).action == "already_swapped"
     assert _checksums(history) == after
-    assert _swap_job(defs, instance, plan.plan_id, "rollback").success
-    assert _swap_job(defs, instance, plan.plan_id, "rollback").success  # a no-op the 2nd time
+    assert swap_or_rollback(defs, instance, history, plan.plan_id, "rollback").success
+    # A no-op the second time.
+    assert swap_or_rollback(defs, instance, history, plan.plan_id, "rollback").success
 
 
 def test_backups_are_kept_until_released_and_then_rollback_refuses(defs, instance, history):
     from backfill_assets.service.swap import perform_rollback, release_backup
 
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
-    _execute(defs, instance, plan)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    execute(defs, instance, history, plan)
+    table = ORDERS
     perform_swap(instance, table, history, plan.plan_id)
     backups = "select count(*) from duckdb_tables() where table_name like '%backup%'"
     assert history.query(backups) == [(3,)]
-    assert release_backup(instance, table, history, plan.plan_id) == 3
+    assert release_backup(instance, {"orders_daily": table}, history, plan.plan_id)[1] == 3
     assert history.query(backups) == [(0,)]
     with pytest.raises(SwapRefused, match="released"):
         perform_rollback(instance, table, history, plan.plan_id)

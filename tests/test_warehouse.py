@@ -8,12 +8,9 @@ import pytest
 from backfill_assets.errors import InvalidInput, WarehouseError
 from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.spec import Column, TableSpec
-from backfill_assets.lib.warehouse.duckdb_adapter import (
-    DuckDBWarehouse,
-    load_plain_partitions,
-    replace_table,
-)
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 
@@ -25,14 +22,13 @@ D = dt.date
 def seeded(tmp_path: Path) -> DuckDBWarehouse:
     """Source for 2026-01-01..2026-01-31 and v1 history of orders_daily (no Dagster)."""
     wh = DuckDBWarehouse(tmp_path / "wh.duckdb", lock_timeout_s=2)
-    replace_table(
-        wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    wh.replace_reference_table(
+        o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
     )
-    replace_table(
-        wh, o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")], o.COUNTRIES
+    wh.replace_reference_table(
+        o.COUNTRY_CURRENCY, [("country", "VARCHAR"), ("currency", "VARCHAR")], o.COUNTRIES
     )
-    load_plain_partitions(
-        wh,
+    wh.replace_plain_partitions(
         o.RAW_ORDERS,
         o.RAW_ORDER_COLUMNS,
         "order_date",
@@ -41,8 +37,14 @@ def seeded(tmp_path: Path) -> DuckDBWarehouse:
         D(2026, 2, 1),
         {"n": 100},
     )
-    wh.replace_partitions(SPEC, D(2026, 1, 1), D(2026, 2, 1), build_sql=ORDERS.build_sql("1"))
+    wh.replace_partitions(SPEC, D(2026, 1, 1), D(2026, 2, 1), build=o.ORDERS_DAILY_SQL_V1)
     return wh
+
+
+def shadow(wh: DuckDBWarehouse, plan_id: str, start: dt.date, end: dt.date) -> None:
+    """What an approved plan's batches leave: the plan holds the table, its shadow is built."""
+    assert wh.claim_plan(SPEC.name, plan_id) == plan_id
+    wh.replace_partitions(SPEC, start, end, build=ORDERS_SQL, shadow=True, plan_id=plan_id)
 
 
 @pytest.mark.parametrize(
@@ -55,9 +57,7 @@ def test_unsafe_identifiers_are_refused_with_a_fix(name):
 
 def test_a_table_spec_with_an_unsafe_column_name_is_refused_before_any_sql():
     with pytest.raises(InvalidInput, match="not a safe identifier"):
-        TableSpec(
-            "t", (Column("ok", "BIGINT"), Column("bad name", "BIGINT")), "ok", ("ok",), "select 1"
-        )
+        TableSpec("t", (Column("ok", "BIGINT"), Column("bad name", "BIGINT")), "ok", ("ok",))
     with pytest.raises(InvalidInput, match="plain SQL type"):
         Column("x", "BIGINT); DROP TABLE y; --")
 
@@ -111,9 +111,7 @@ def test_an_unreadable_warehouse_path_gives_a_clear_error_and_creates_nothing(tm
 def test_a_swap_of_partial_weeks_keeps_the_days_outside_the_plan(seeded):
     before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
     days = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(9)]  # Wed W02 .. Thu W03
-    seeded.replace_partitions(
-        SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True, plan_id="pa"
-    )
+    shadow(seeded, "pa", days[0], days[-1] + dt.timedelta(days=1))
     result = seeded.swap(SPEC, "pa", days)
     assert result.weeks == 2
     after = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
@@ -125,11 +123,11 @@ def test_rollback_restores_the_plan_days_and_keeps_later_writes_to_other_days(se
     start, end = D(2026, 1, 7), D(2026, 1, 16)
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
     before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
-    seeded.replace_partitions(SPEC, start, end, shadow=True, plan_id="pb")
+    shadow(seeded, "pb", start, end)
     seeded.swap(SPEC, "pb", days)
     # After the swap the daily job rewrites a day of the same (partial) week, outside the plan.
     later = D(2026, 1, 17)
-    seeded.replace_partitions(SPEC, later, later + dt.timedelta(days=1))
+    seeded.replace_partitions(SPEC, later, later + dt.timedelta(days=1), build=ORDERS_SQL)
     rewritten = seeded.checksums(SPEC, later, later + dt.timedelta(days=1))
     seeded.rollback(SPEC, "pb")
     now = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
@@ -140,11 +138,10 @@ def test_rollback_restores_the_plan_days_and_keeps_later_writes_to_other_days(se
 
 def test_a_swap_into_days_the_target_never_had_and_its_rollback(tmp_path):
     wh = DuckDBWarehouse(tmp_path / "wh.duckdb")
-    replace_table(
-        wh, o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
+    wh.replace_reference_table(
+        o.FX_RATES, [("currency", "VARCHAR"), ("rate_to_usd", "DOUBLE")], o.RATES_TO_USD
     )
-    load_plain_partitions(
-        wh,
+    wh.replace_plain_partitions(
         o.RAW_ORDERS,
         o.RAW_ORDER_COLUMNS,
         "order_date",
@@ -154,7 +151,7 @@ def test_a_swap_into_days_the_target_never_had_and_its_rollback(tmp_path):
         {"n": 50},
     )
     days = [D(2026, 3, 2) + dt.timedelta(days=i) for i in range(7)]  # a missed load
-    wh.replace_partitions(SPEC, days[0], D(2026, 3, 9), shadow=True, plan_id="pc")
+    shadow(wh, "pc", days[0], D(2026, 3, 9))
     wh.swap(SPEC, "pc", days)
     assert wh.query("select count(*) from orders_daily") == [(350,)]
     wh.rollback(SPEC, "pc")
@@ -163,9 +160,7 @@ def test_a_swap_into_days_the_target_never_had_and_its_rollback(tmp_path):
 
 def test_a_failure_inside_the_swap_transaction_leaves_the_target_untouched(seeded):
     days = [D(2026, 1, 5) + dt.timedelta(days=i) for i in range(14)]
-    seeded.replace_partitions(
-        SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True, plan_id="pd"
-    )
+    shadow(seeded, "pd", days[0], days[-1] + dt.timedelta(days=1))
     before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
     # The second week's shadow is missing: the swap fails after renaming the first week.
     seeded.execute('drop table "orders_daily__shadow__w2026w03"')

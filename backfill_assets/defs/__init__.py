@@ -1,2 +1,2 @@
-"""Dagster wiring: assets, checks, jobs, sensors, resources. Decorators call into lib/ and
-service/ and do nothing else."""
+"""Dagster wiring: assets, checks, jobs, sensors, resources. Decorated functions gather their
+inputs from the context and call service/; they hold no logic of their own."""

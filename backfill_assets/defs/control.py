@@ -1,15 +1,40 @@
-"""Control-plane definitions shared by every backfillable table: the plans asset, and (as they
-land) the planning, approval, batch, swap and rollback jobs."""
+"""The control plane shared by every backfillable table: the plans asset and the Launchpad jobs.
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+- `plan_backfill_job` builds a plan from its config (the same inputs as `backfill-assets plan`)
+  and records it as *proposed* on `backfill_plans`, with the Markdown a reviewer reads there.
+- `approve_backfill_job` approves a proposed plan by id (atomically per table).
+- `start_backfill_plan_job` hands an approved plan to its table's batch driver;
+  `pause_backfill_plan_job` stops the driver from launching further batches.
+
+These are module-level objects, identical for every `backfill_definitions` call, so merging the
+results of two calls does not conflict. The tables come from the run's code location.
+"""
+
+import datetime as dt
 
 import dagster as dg
 
-from backfill_assets.constants import PLANS_ASSET, PLANS_PARTITIONS
-
-if TYPE_CHECKING:
-    from backfill_assets.table import BackfillableTable
+from backfill_assets.constants import (
+    APPROVE_JOB,
+    APPROVE_OP,
+    PAUSE_JOB,
+    PAUSE_OP,
+    PLAN_JOB,
+    PLAN_OP,
+    PLANS_ASSET,
+    PLANS_PARTITIONS,
+    START_JOB,
+    START_OP,
+    WAREHOUSE_RESOURCE_KEY,
+)
+from backfill_assets.errors import ExecutionRefused
+from backfill_assets.lib.planning.build import PlanRequest
+from backfill_assets.lib.planning.criteria import load_criteria_yaml
+from backfill_assets.service.batch_driver import pause_plan, start_plan
+from backfill_assets.service.planner import plan_backfill
+from backfill_assets.service.plans import approve_plan, load_plan, propose_plan
+from backfill_assets.service.runs import code_location
+from backfill_assets.service.tables import backfill_tables, table_for
 
 PLANS_PARTITIONS_DEF = dg.DynamicPartitionsDefinition(name=PLANS_PARTITIONS)
 
@@ -17,15 +42,155 @@ plans_spec = dg.AssetSpec(
     PLANS_ASSET,
     partitions_def=PLANS_PARTITIONS_DEF,
     group_name="backfill_control",
-    description="Approved backfill plans, one partition per plan id. Each materialization's "
-    "metadata holds the plan (JSON), its Markdown for review, and its status.",
+    description="Backfill plans, one partition per plan id. Each materialization's metadata "
+    "holds the plan (JSON), its Markdown for review, and its status (proposed, approved, "
+    "swapped, rolled_back, released, abandoned). Recorded by the planning and approval jobs and "
+    "by backfill-assets; there is nothing to materialize by hand.",
 )
 
+_RESOURCES = {WAREHOUSE_RESOURCE_KEY}
 
-def control_definitions(tables: Mapping[str, "BackfillableTable"]) -> dg.Definitions:
-    from backfill_assets.defs.driver import driver_jobs
-    from backfill_assets.defs.planning_jobs import planning_definitions
 
-    return dg.Definitions.merge(
-        dg.Definitions(assets=[plans_spec], jobs=driver_jobs()), planning_definitions(tables)
+class PlanBackfillConfig(dg.Config):
+    """The same inputs as `backfill-assets plan` (dates inclusive, YYYY-MM-DD)."""
+
+    target: str
+    start: str
+    end: str
+    window: str = ""
+    timezone: str = ""
+    rollback: str = ""
+    criteria_yaml: str = ""
+
+
+class ApproveConfig(dg.Config):
+    plan_id: str
+    approved_by: str = "dagster-ui"
+
+
+class PlanCommandConfig(dg.Config):
+    """Which approved plan, and who asks (shown in the plan's status history)."""
+
+    plan_id: str
+    requested_by: str = "dagster-ui"
+
+
+def _location(context: dg.OpExecutionContext):
+    graph = code_location(context)
+    if graph is None:
+        raise ExecutionRefused(
+            "this job needs its code location (the asset lineage and the declared tables); "
+            "launch it from the Dagster UI, or use the backfill-assets command line"
+        )
+    return graph, backfill_tables(graph)
+
+
+@dg.op(
+    name=PLAN_OP,
+    required_resource_keys=_RESOURCES,
+    description="Build a backfill plan (no side effects on the warehouse) and record it as "
+    "proposed; read it on the backfill_plans asset page.",
+)
+def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig) -> str:
+    graph, tables = _location(context)
+    criteria = None
+    if config.criteria_yaml.strip():
+        table = table_for(tables, config.target, what="target")
+        criteria = load_criteria_yaml(config.criteria_yaml, table.criteria)
+    request = PlanRequest(
+        target=config.target,
+        start=config.start,
+        end=config.end,
+        window=config.window or None,
+        timezone=config.timezone or None,
+        rollback=config.rollback or None,
+        criteria=criteria,
     )
+    plan = plan_backfill(
+        request,
+        asset_graph=graph,
+        tables=tables,
+        instance=context.instance,
+        warehouse=getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter(),
+        now=dt.datetime.now(dt.UTC),
+    )
+    status = propose_plan(context.instance, plan)
+    context.log.info(
+        f"plan {plan.plan_id} {status}: {len(plan.batches)} batches; approve it with "
+        f"{APPROVE_JOB} (plan_id: {plan.plan_id})"
+    )
+    return plan.plan_id
+
+
+@dg.op(
+    name=APPROVE_OP,
+    required_resource_keys=_RESOURCES,
+    description=f"Approve a proposed plan. Nothing runs yet: start it with {START_JOB} (the "
+    "table's batch driver) or `backfill-assets run`.",
+)
+def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -> str:
+    _, tables = _location(context)
+    plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
+    table = table_for(tables, plan.target, what=f"plan {plan.plan_id}'s target")
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
+    status = approve_plan(context.instance, wh, table, plan, config.approved_by)
+    context.log.info(f"plan {plan.plan_id} {status}")
+    return str(status)
+
+
+@dg.op(
+    name=START_OP,
+    description="Mark an approved plan as started: its table's batch driver sensor then runs its "
+    "batches inside the plan's window, around the daily run. Starting again after a failed "
+    "batch re-runs that batch.",
+)
+def start_backfill_plan_op(context: dg.OpExecutionContext, config: PlanCommandConfig) -> None:
+    now = dt.datetime.now(dt.UTC)
+    context.log.info(start_plan(context.instance, config.plan_id, config.requested_by, now))
+
+
+@dg.op(name=PAUSE_OP, description="Stop the batch driver from launching further batches.")
+def pause_backfill_plan_op(context: dg.OpExecutionContext, config: PlanCommandConfig) -> None:
+    context.log.info(pause_plan(context.instance, config.plan_id, config.requested_by))
+
+
+@dg.job(
+    name=PLAN_JOB,
+    description="Plan a backfill from the Launchpad (config: target, start, end, window, "
+    "timezone, rollback). The plan appears, proposed, on the backfill_plans asset.",
+)
+def plan_backfill_job() -> None:
+    plan_backfill_op()
+
+
+@dg.job(name=APPROVE_JOB, description="Approve a proposed backfill plan by id.")
+def approve_backfill_job() -> None:
+    approve_backfill_op()
+
+
+@dg.job(
+    name=START_JOB,
+    description="Start (or resume) an approved backfill plan (config: plan_id). Writes nothing "
+    "to the warehouse; the table's batch driver sensor launches the batches.",
+)
+def start_backfill_plan_job() -> None:
+    start_backfill_plan_op()
+
+
+@dg.job(
+    name=PAUSE_JOB,
+    description="Pause an approved backfill plan (config: plan_id); start it again to resume.",
+)
+def pause_backfill_plan_job() -> None:
+    pause_backfill_plan_op()
+
+
+CONTROL_DEFINITIONS = dg.Definitions(
+    assets=[plans_spec],
+    jobs=[
+        plan_backfill_job,
+        approve_backfill_job,
+        start_backfill_plan_job,
+        pause_backfill_plan_job,
+    ],
+)

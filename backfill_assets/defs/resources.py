@@ -1,38 +1,42 @@
-"""Resources. Paths come from config or environment variables read at run time, never import."""
+"""Resources of the framework. Paths and URLs come from config or environment variables read at
+run time, never at import."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 import dagster as dg
-from dagster_dbt import DbtCliResource, DbtProject
+from pydantic import Field
 
-from backfill_assets.lib.dbt_manifest import dbt_executable
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-
-WAREHOUSE_ENV = "BACKFILL_ASSETS_WAREHOUSE"
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-DBT_PROJECT_DIR = PROJECT_ROOT / "dbt_project"
+from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.warehouse.connect import (
+    LOCK_TIMEOUT_ENV,
+    WAREHOUSE_ENV,
+    lock_timeout_from,
+    open_warehouse,
+)
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """The embedded DuckDB warehouse (one file). `adapter()` is the only way code reaches SQL."""
+    """The warehouse the backfillable tables live in. `adapter()` is the only way code reaches
+    SQL."""
 
-    path: str
-    lock_timeout_s: float = 30.0
-
-    def adapter(self) -> DuckDBWarehouse:
-        return DuckDBWarehouse(self.path, lock_timeout_s=self.lock_timeout_s)
-
-
-def warehouse_resource() -> WarehouseResource:
-    return WarehouseResource(path=dg.EnvVar(WAREHOUSE_ENV))
-
-
-dbt_project = DbtProject(project_dir=DBT_PROJECT_DIR, profiles_dir=DBT_PROJECT_DIR)
-
-
-def dbt_resource() -> DbtCliResource:
-    return DbtCliResource(
-        project_dir=dbt_project, profiles_dir=str(DBT_PROJECT_DIR), dbt_executable=dbt_executable()
+    url: str = Field(description="A DuckDB file path, or a postgresql:// URL.")
+    lock_timeout_s: float | None = Field(
+        default=None,
+        description="Seconds to wait for a warehouse another process holds; default: "
+        f"{LOCK_TIMEOUT_ENV}, else 30.",
     )
+
+    def adapter(self) -> Warehouse:
+        timeout = (
+            self.lock_timeout_s
+            if self.lock_timeout_s is not None
+            else lock_timeout_from(os.environ.get(LOCK_TIMEOUT_ENV))
+        )
+        return open_warehouse(self.url, timeout)
+
+
+# One object shared by every `backfill_definitions` call that does not pass its own, so that
+# merging the results of two calls finds the same resource, not a conflict.
+DEFAULT_WAREHOUSE = WarehouseResource(url=dg.EnvVar(WAREHOUSE_ENV))

@@ -6,16 +6,18 @@ import datetime as dt
 
 import dagster as dg
 
-from backfill_assets.example import orders as o
-from backfill_assets.lib.planning.criteria import (
+from backfill_assets import (
+    BackfillableTable,
     ChangedColumn,
+    Column,
     Criteria,
     Invariant,
     RowCountCriterion,
     SampleCriterion,
+    SourceRef,
+    TableSpec,
 )
-from backfill_assets.lib.spec import Column, SourceRef, TableSpec
-from backfill_assets.table import BackfillableTable
+from backfill_assets.example import orders as o
 
 # One partitions definition for the whole example; every module imports it from here.
 DAILY = dg.DailyPartitionsDefinition(start_date="2025-01-01", timezone="UTC")
@@ -29,7 +31,6 @@ ORDERS_SPEC = TableSpec(
     columns=tuple(Column(n, t) for n, t in o.ORDERS_DAILY_COLUMNS),
     partition_column="order_date",
     primary_key=("order_id",),
-    build_sql=o.ORDERS_DAILY_SQL,
     source=SourceRef(o.RAW_ORDERS, "order_date"),
 )
 
@@ -63,15 +64,20 @@ ORDERS_CRITERIA = Criteria(
     ),
 )
 
+# The idle window of the plan proposed when someone launches a backfill of orders_daily from the
+# UI: clear of the daily run at 01:00 UTC and its margins.
+BACKFILL_WINDOW = "02:15-00:00"
+
 ORDERS = BackfillableTable(
     spec=ORDERS_SPEC,
     partitions_def=DAILY,
+    build=o.ORDERS_DAILY_SQL,
     daily_job=DAILY_JOB,
     # Source data lands shortly after midnight UTC; the sensor starts the daily run then.
     daily_expected_start=dt.time(1, 0),
     criteria=ORDERS_CRITERIA,
     deps=(o.RAW_ORDERS, o.FX_RATES),
     code_version=o.ORDERS_CODE_VERSION,
-    legacy_builds={"1": o.ORDERS_DAILY_SQL_V1},
     group_name="orders",
+    backfill_window=BACKFILL_WINDOW,
 )

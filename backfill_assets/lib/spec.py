@@ -50,19 +50,27 @@ class SourceRef:
 class TableSpec:
     """Name, columns, partition column and primary key of a daily-partitioned table.
 
-    `build_sql` is one SELECT producing every column for the days in [$start, $end) (named
-    parameters bound by the adapter). It must be deterministic for a given day.
+    How its rows are built is the table's `build` (see `BackfillableTable`), not part of the
+    physical description.
     """
 
     name: str
     columns: tuple[Column, ...]
     partition_column: str
     primary_key: tuple[str, ...]
-    build_sql: str
     source: SourceRef | None = None
 
     def __post_init__(self) -> None:
         validate_ident(self.name, "table name")
+        if not isinstance(self.columns, tuple) or not all(
+            isinstance(c, Column) for c in self.columns
+        ):
+            raise InvalidInput(f"table {self.name}: columns must be a tuple of Column(name, type)")
+        if isinstance(self.primary_key, str) or not isinstance(self.primary_key, tuple):
+            raise InvalidInput(
+                f"table {self.name}: primary_key must be a tuple of column names, e.g. "
+                '("order_id",)'
+            )
         names = [c.name for c in self.columns]
         if len(set(names)) != len(names):
             raise InvalidInput(f"table {self.name}: duplicate column names in {names}")
@@ -86,3 +94,6 @@ class TableSpec:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column:
+        return next(c for c in self.columns if c.name == name)

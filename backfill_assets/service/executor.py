@@ -5,16 +5,24 @@ partitions in one transaction and evaluates every gate per partition as blocking
 next batch starts only if every gate of every partition of the previous one passed. A failure
 halts the plan with the partitions, gates and reasons. Re-running a halted plan skips batches
 whose gates all passed on shadow data written by this plan, and redoes the rest.
+
+Each batch run holds the table's writer lease for its whole run, claimed before the run starts;
+with the lease held it checks that no daily run of the table is queued or running (the lease
+alone would let a batch go first while a daily run waits in the queue).
+
+This runs outside the run queue and the run launcher. It is for an instance whose runs execute on
+this machine (the default run launcher): with another launcher (Kubernetes, ECS, Docker), runs
+execute elsewhere and a dead one cannot be told from a slow one here, so `run` refuses and points
+to `start`, which hands the plan to the daemon's batch driver.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 
@@ -23,69 +31,43 @@ from backfill_assets.constants import (
     PLAN_ID_TAG,
     ROLE_BATCH,
     ROLE_TAG,
+    ROWS_TAG,
     WRITER_TAG,
+    shadow_job,
 )
-from backfill_assets.errors import ExecutionRefused, GateFailed
+from backfill_assets.errors import (
+    ExecutionRefused,
+    GateFailed,
+    InvalidInput,
+    WarehouseError,
+    WriterBusy,
+)
 from backfill_assets.lib.planning.plan import BackfillPlan, Batch
 from backfill_assets.lib.planning.windows import parse_window
-from backfill_assets.service.gating import PASSED, gate_states
+from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES, GateState, PlanStatus
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import refuse_if_daily_in_progress
-from backfill_assets.service.history import ROWS_TAG
-from backfill_assets.service.plans import APPROVED, DRIVING, latest_plan_record, load_plan
-from backfill_assets.service.runs import run_job
-from backfill_assets.table import BackfillableTable
+from backfill_assets.service.lease import reap_dead_local_runs
+from backfill_assets.service.plans import DRIVING, latest_plan_record, load_plan
+from backfill_assets.service.runs import run_as_writer
+from backfill_assets.service.tables import table_for
 
-# Set on batch runs this process executes itself, so a later invocation can tell a run whose
-# process died (SIGKILL, OOM) from one that is still going.
-PID_TAG = "backfill_assets/pid"
-HOST_TAG = "backfill_assets/host"
-_UNFINISHED = [
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def reap_dead_runs(instance: dg.DagsterInstance, plan_id: str) -> list[str]:
-    """Mark this plan's in-process batch runs whose process is gone as failed, and free the
-    writer-pool slots they hold.
-
-    A killed in-process run stays STARTED forever and keeps its pool slot; Dagster's run
-    monitoring only watches runs launched through a run launcher. Without this, the next
-    `backfill-assets run` would wait for that slot indefinitely.
-    """
-    reaped = []
-    here = socket.gethostname()
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}, statuses=_UNFINISHED), limit=100
-    )
-    for run in runs:
-        pid = run.tags.get(PID_TAG, "")
-        if run.tags.get(HOST_TAG) != here or not pid.isdigit() or _alive(int(pid)):
-            continue
-        instance.report_run_failed(run, message=f"its process {pid} on {here} no longer exists")
-        instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-        reaped.append(run.run_id)
-    return reaped
-
-
-def shadow_job_name(table_key: str) -> str:
-    return f"{table_key}__shadow_job"
+# Errors raised inside a run that mean "not now" or "bad input" rather than a failed gate; the
+# executor re-raises them as what they are (exit 2), not as a halted plan (exit 1).
+_REFUSALS: dict[str, type[Exception]] = {
+    "WarehouseError": WarehouseError,
+    "WarehouseMissing": WarehouseError,
+    "WriterBusy": WriterBusy,
+    "ExecutionRefused": ExecutionRefused,
+    "InvalidInput": InvalidInput,
+}
 
 
 def batch_tags(plan: BackfillPlan, batch: Batch) -> dict[str, str]:
-    """Tags of a batch run: which plan and batch, and the writer tag shared with the daily run
-    (the instance never runs two runs with it at once)."""
+    """Tags of a batch run: which plan and batch, and the table's writer tag (the instance
+    runs one run per writer value at a time)."""
     return {
         PLAN_ID_TAG: plan.plan_id,
         BATCH_TAG: str(batch.index),
@@ -116,8 +98,6 @@ class BatchReport:
 
 def in_window(plan: BackfillPlan, now: dt.datetime) -> bool:
     """Is `now` inside the plan's idle window (local time; windows may cross midnight)?"""
-    from zoneinfo import ZoneInfo
-
     window = parse_window(plan.window.label)
     local = now.astimezone(ZoneInfo(plan.window.timezone)).time()
     if window.start <= window.end:
@@ -127,26 +107,8 @@ def in_window(plan: BackfillPlan, now: dt.datetime) -> bool:
 
 def batch_done(instance: dg.DagsterInstance, plan: BackfillPlan, batch: Batch) -> bool:
     """Every gate of every partition passed, on shadow data that this plan wrote."""
-    states = gate_states(instance, plan.shadow, batch.partitions)
-    if any(s.state != PASSED for s in states):
-        return False
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(
-            asset_key=dg.AssetKey(plan.shadow), asset_partitions=list(batch.partitions)
-        ),
-        limit=len(batch.partitions) * 4,
-    ).records
-    latest: dict[str, str] = {}
-    for r in records:  # newest first
-        if r.partition_key and r.partition_key not in latest:
-            latest[r.partition_key] = r.run_id
-    if set(latest) != set(batch.partitions):
-        return False
-    for run_id in set(latest.values()):
-        run = instance.get_run_by_id(run_id)
-        if run is None or run.tags.get(PLAN_ID_TAG) != plan.plan_id:
-            return False
-    return True
+    states = gate_states(instance, plan.shadow, batch.partitions, plan.plan_id)
+    return all(s.state == GateState.PASSED for s in states)
 
 
 def run_failures(instance: dg.DagsterInstance, run_id: str) -> tuple[GateFailure, ...]:
@@ -162,6 +124,19 @@ def run_failures(instance: dg.DagsterInstance, run_id: str) -> tuple[GateFailure
     return tuple(out)
 
 
+def run_error(result: dg.ExecuteInProcessResult) -> tuple[str, str] | None:
+    """The class name and message of this package's error that failed a run, if any."""
+    for event in result.all_events:
+        if event.event_type_value != "STEP_FAILURE":
+            continue
+        err = event.event_specific_data.error  # type: ignore[union-attr]
+        while err is not None:
+            if err.cls_name in (*_REFUSALS, "SwapRefused", "TargetWriteRefused", "PlanRefused"):
+                return err.cls_name, err.message.split(": ", 1)[-1].strip()
+            err = err.cause
+    return None
+
+
 def describe_failures(failures: tuple[GateFailure, ...]) -> str:
     lines = [f"  {f.partition} {f.gate}: {f.description}" for f in failures[:20]]
     if len(failures) > 20:
@@ -169,9 +144,22 @@ def describe_failures(failures: tuple[GateFailure, ...]) -> str:
     return "\n".join(lines)
 
 
+def refuse_unless_local(instance: dg.DagsterInstance, command: str) -> None:
+    """`run` executes runs in this process; refuse on an instance whose runs execute elsewhere."""
+    launcher = type(instance.run_launcher).__name__
+    if launcher != "DefaultRunLauncher":
+        raise ExecutionRefused(
+            f"this instance launches runs with {launcher}, so they execute on other machines; "
+            f"`{command}` runs batches in this process and could not see or reap them there. "
+            "Start the plan instead (`backfill-assets start PLAN_ID`, or start_backfill_plan_job "
+            "in the UI): the daemon's batch driver launches each batch through the run launcher"
+        )
+
+
 def execute_plan(
     defs: dg.Definitions,
     instance: dg.DagsterInstance,
+    wh: Warehouse,
     tables: Mapping[str, BackfillableTable],
     plan_id: str,
     *,
@@ -180,33 +168,29 @@ def execute_plan(
     progress: Callable[[BatchReport, int], None] | None = None,
     max_batches: int | None = None,
     log_level: str | None = None,
+    wait_s: float = 30.0,
 ) -> list[BatchReport]:
     """Run the plan's remaining batches in order; raise GateFailed when one fails (halted).
 
-    `clock` is the time source (tests pass a fixed one). Outside the plan's window, or while a
-    daily run of the target is queued or running, raise ExecutionRefused before the next batch.
+    `clock` is the time source (tests pass a fixed one). Outside the plan's window, while a
+    daily run of the target is queued or running, or while another writer holds the table for
+    longer than `wait_s`, raise ExecutionRefused (or WriterBusy) before the next batch.
     """
     plan, status = load_plan(instance, plan_id)
-    if status != APPROVED:
+    if status != PlanStatus.APPROVED:
         raise ExecutionRefused(f"plan {plan_id} is {status}; only an approved plan can run")
-    if plan.target not in tables:
-        raise ExecutionRefused(
-            f"plan {plan_id} targets {plan.target}, which this code location "
-            "does not declare backfillable"
-        )
+    table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
     if (latest_plan_record(instance, plan_id) or {}).get(DRIVING):
         raise ExecutionRefused(
             f"plan {plan_id} is being driven by the daemon's batch driver; pause it "
             f"(`backfill-assets pause {plan_id}`) before running batches from here"
         )
-    reap_dead_runs(instance, plan_id)
+    refuse_unless_local(instance, "backfill-assets run")
     busy = instance.get_runs(
-        filters=dg.RunsFilter(
-            tags={PLAN_ID_TAG: plan_id},
-            statuses=[*_UNFINISHED, dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.CANCELING],
-        ),
-        limit=1,
+        filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}, statuses=list(IN_PROGRESS_RUN_STATUSES))
     )
+    reaped = set(reap_dead_local_runs(instance, list(busy)))
+    busy = [r for r in busy if r.run_id not in reaped]
     if busy:
         raise ExecutionRefused(
             f"run {busy[0].run_id[:8]} of plan {plan_id} is still {busy[0].status.value.lower()}"
@@ -214,7 +198,6 @@ def execute_plan(
         )
     reports: list[BatchReport] = []
     ran = 0
-    here = {PID_TAG: str(os.getpid()), HOST_TAG: socket.gethostname()}
     for batch in plan.batches:
         if batch_done(instance, plan, batch):
             reports.append(
@@ -230,17 +213,22 @@ def execute_plan(
             raise ExecutionRefused(
                 f"{now.isoformat(timespec='minutes')} is outside plan {plan_id}'s window "
                 f"{plan.window.label} {plan.window.timezone}; run it inside the window (or let "
-                "the batch sensor do it)"
+                "the batch driver do it: backfill-assets start)"
             )
-        refuse_if_daily_in_progress(instance, plan.target)
         t0 = dt.datetime.now(dt.UTC)
-        result = run_job(
+        result = run_as_writer(
             defs,
-            shadow_job_name(plan.target),
+            shadow_job(plan.target),
             instance,
+            wh,
+            table,
+            role=ROLE_BATCH,
+            plan_id=plan_id,
+            wait_s=wait_s,
+            before=lambda _run_id: refuse_if_daily_in_progress(instance, table),
             start=batch.start,
             end_inclusive=batch.end,
-            tags={**batch_tags(plan, batch), **here},
+            tags=batch_tags(plan, batch),
             raise_on_error=False,
             log_level=log_level,
         )
@@ -255,6 +243,13 @@ def execute_plan(
             )
             if progress:
                 progress(reports[-1], len(plan.batches))
+            refusal = run_error(result)
+            if not failures and refusal is not None and refusal[0] in _REFUSALS:
+                # The warehouse was held, another writer kept the table, a build was refused:
+                # not a gate verdict, nothing to halt on; say what it was.
+                raise _REFUSALS[refusal[0]](
+                    f"batch {batch.index} of plan {plan_id} did not run: {refusal[1]}"
+                )
             reason = (
                 describe_failures(failures)
                 if failures

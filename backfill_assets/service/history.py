@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_BATCH, ROLE_TAG, WRITER_TAG
+from backfill_assets.constants import ROLE_BATCH, ROLE_TAG, ROWS_TAG, WRITER_TAG
 
 HISTORY_LIMIT = 50
 
@@ -21,7 +21,8 @@ def _durations(records: list[dg.RunRecord]) -> list[tuple[dg.RunRecord, float]]:
 
 
 def daily_run_durations(instance: dg.DagsterInstance, daily_job: str) -> tuple[float, ...]:
-    """Seconds taken by the last successful runs of the daily production job."""
+    """Seconds taken by the last successful runs of the daily production job (found by its
+    name, as the guards find it)."""
     records = instance.get_run_records(
         dg.RunsFilter(job_name=daily_job, statuses=[dg.DagsterRunStatus.SUCCESS]),
         limit=HISTORY_LIMIT,
@@ -58,17 +59,3 @@ def batch_rates(instance: dg.DagsterInstance, target: str) -> BatchRates:
         if slope > 0 and intercept >= 0:
             return BatchRates(slope, intercept)
     return BatchRates(statistics.median(s / r for r, s in points), None)
-
-
-# Set on batch runs when they start: the rows the batch was estimated to write, so the next plan
-# can fit seconds per row without reading the warehouse.
-ROWS_TAG = "backfill_assets/estimated_rows"
-
-__all__ = [
-    "BATCH_TAG",
-    "PLAN_ID_TAG",
-    "ROWS_TAG",
-    "BatchRates",
-    "batch_rates",
-    "daily_run_durations",
-]

@@ -13,9 +13,9 @@ from backfill_assets.lib.dates import parse_day
 from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
 from backfill_assets.lib.planning.impact import downstream_impact
 from backfill_assets.lib.planning.plan import BackfillPlan
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.history import batch_rates, daily_run_durations
-from backfill_assets.table import BackfillableTable
 
 
 def plan_backfill(
@@ -24,12 +24,12 @@ def plan_backfill(
     asset_graph: Any,
     tables: Mapping[str, BackfillableTable],
     instance: dg.DagsterInstance,
-    warehouse: DuckDBWarehouse,
+    warehouse: Warehouse,
     now: dt.datetime,
 ) -> BackfillPlan:
     """Build a plan; raises PlanRefused (or InvalidInput) and writes nothing.
 
-    `asset_graph` is `Definitions.resolve_asset_graph()` (or a run's `repository_def.asset_graph`).
+    `asset_graph` is `Definitions.resolve_asset_graph()` (or a repository's `asset_graph`).
     """
     graph = asset_graph
     known = frozenset(k.to_user_string() for k in graph.get_all_asset_keys())

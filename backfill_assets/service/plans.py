@@ -1,13 +1,17 @@
-"""Approved plans live in the Dagster instance: one dynamic partition of the `backfill_plans`
-asset per plan id, whose latest materialization carries the plan JSON, its Markdown and status.
+"""Plans live in the Dagster instance: one dynamic partition of the `backfill_plans` asset per plan
+id, whose latest materialization carries the plan JSON, its Markdown and its status.
 
 Keeping them in the instance (not in local files or the warehouse) lets the daemon's sensors read
-them without opening DuckDB, and works the same on Postgres storage and Kubernetes. A plan file
-alone launches nothing: approving is the explicit step that records it here.
+them without opening the warehouse, and works the same on Postgres storage and Kubernetes. A plan
+file alone launches nothing: approving is the explicit step that records it here.
+
+Which plan holds a table is decided in the warehouse (`Warehouse.claim_plan`, a compare-and-set),
+so two approvals racing for one table cannot both win; the instance records the outcome.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -17,25 +21,25 @@ from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.markdown import render_markdown
 from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
+from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, PlanStatus
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
 
 PLAN_KEY = dg.AssetKey(PLANS_ASSET)
 
-# Plan lifecycle. A plan is "active" (it holds its target) until swapped-and-released, rolled
-# back or abandoned; only one active plan per target at a time.
-PROPOSED = "proposed"
-APPROVED = "approved"
-SWAPPED = "swapped"
-ROLLED_BACK = "rolled_back"
-RELEASED = "released"
-ABANDONED = "abandoned"
-ACTIVE_STATUSES = frozenset({APPROVED, SWAPPED})
-# Set on an approved plan's record while the daemon's batch driver runs it (start/pause).
+# Fields of a plan's status record carried forward to every later record of the same plan (who
+# approved it, whether and since when the daemon's driver runs it), unless a change sets them.
 DRIVING = "driving"
+STARTED_AT = "started_at"
+STARTED_BY = "started_by"
+APPROVED_BY = "approved_by"
+OVERRUN = "overrun"
+CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN)
 
 
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:
     """The latest stored metadata of a plan: {"plan": dict, "status": str, ...} or None."""
-    if plan_id not in instance.get_dynamic_partitions(PLANS_PARTITIONS):
+    if not instance.has_dynamic_partition(PLANS_PARTITIONS, plan_id):
         return None
     result = instance.fetch_materializations(
         dg.AssetRecordsFilter(asset_key=PLAN_KEY, asset_partitions=[plan_id]), limit=1
@@ -50,20 +54,21 @@ def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, 
 
 def load_plan(
     instance: dg.DagsterInstance, plan_id: str, allow_proposed: bool = False
-) -> tuple[BackfillPlan, str]:
+) -> tuple[BackfillPlan, PlanStatus]:
     """The stored plan and its status; ExecutionRefused if it was never approved."""
     rec = latest_plan_record(instance, plan_id)
-    status = str(rec.get("status", APPROVED)) if rec else None
+    status = PlanStatus(str(rec.get("status", PlanStatus.APPROVED))) if rec else None
     if (
         rec is None
         or not isinstance(rec.get("plan"), dict)
-        or (status == PROPOSED and not allow_proposed)
+        or (status == PlanStatus.PROPOSED and not allow_proposed)
     ):
         raise ExecutionRefused(
             f"plan {plan_id} is not approved in this Dagster instance; approve it first "
             "(`backfill-assets approve PLAN.json`, or approve_backfill_job in the UI)"
         )
-    return BackfillPlan.from_dict(rec["plan"]), str(status)
+    assert status is not None
+    return BackfillPlan.from_dict(rec["plan"]), status
 
 
 def plan_criteria(instance: dg.DagsterInstance, plan_id: str) -> Criteria | None:
@@ -76,65 +81,120 @@ def plan_criteria(instance: dg.DagsterInstance, plan_id: str) -> Criteria | None
     return Criteria.from_dict(plan["criteria"])
 
 
-def plan_statuses(instance: dg.DagsterInstance) -> dict[str, tuple[str, str]]:
-    """plan id -> (target, status) for every plan ever approved."""
-    out: dict[str, tuple[str, str]] = {}
+def plan_statuses(
+    instance: dg.DagsterInstance, target: str | None = None
+) -> dict[str, tuple[str, PlanStatus]]:
+    """plan id -> (target, status) for every recorded plan (of `target`, if given)."""
+    out: dict[str, tuple[str, PlanStatus]] = {}
     for pid in instance.get_dynamic_partitions(PLANS_PARTITIONS):
         rec = latest_plan_record(instance, pid)
         if rec and isinstance(rec.get("plan"), dict):
-            out[pid] = (str(rec["plan"].get("target")), str(rec.get("status")))
+            plan_target = str(rec["plan"].get("target"))
+            if target is None or plan_target == target:
+                out[pid] = (plan_target, PlanStatus(str(rec.get("status"))))
     return out
 
 
 def record_status(
-    instance: dg.DagsterInstance, plan: BackfillPlan, status: str, **extra: Any
+    instance: dg.DagsterInstance,
+    plan: BackfillPlan,
+    status: PlanStatus,
+    *,
+    previous: Mapping[str, Any] | None = None,
+    **extra: Any,
 ) -> None:
-    """Append a new record of the plan with a new status (history stays in the event log)."""
+    """Append a new record of the plan with a new status (history stays in the event log).
+
+    The fields in CARRIED are copied from the latest record (or `previous`, when the caller
+    already read it) unless `extra` sets them.
+    """
+    before = previous if previous is not None else latest_plan_record(instance, plan.plan_id)
+    carried = {k: (before or {})[k] for k in CARRIED if k in (before or {})}
     metadata: dict[str, Any] = {
         "plan": dg.MetadataValue.json(plan.to_dict()),
         "plan_markdown": dg.MetadataValue.md(render_markdown(plan)),
-        "status": status,
+        "status": str(status),
         "target": plan.target,
         "range": f"{plan.start.isoformat()}..{plan.end.isoformat()}",
         "batches": len(plan.batches),
     }
-    for k, v in extra.items():
+    for k, v in {**carried, **extra}.items():
+        if v is None:
+            continue
         metadata[k] = dg.MetadataValue.json(v) if isinstance(v, dict | list) else v
     instance.report_runless_asset_event(
         dg.AssetMaterialization(asset_key=PLAN_KEY, partition=plan.plan_id, metadata=metadata)
     )
 
 
-def approve_plan(instance: dg.DagsterInstance, plan: BackfillPlan, approved_by: str) -> str:
-    """Record an approved plan. Idempotent for the same plan; refuses a second active plan for
-    the same target (it would write the same shadow)."""
+def _check_plan_for(table: BackfillableTable, plan: BackfillPlan) -> None:
     verify_integrity(plan)
-    existing = plan_statuses(instance)
-    if plan.plan_id in existing and existing[plan.plan_id][1] in ACTIVE_STATUSES:
-        return existing[plan.plan_id][1]
-    for pid, (target, status) in existing.items():
-        if target == plan.target and status in ACTIVE_STATUSES and pid != plan.plan_id:
-            raise ExecutionRefused(
-                f"plan {pid} for {target} is still {status}; swap and release it, roll it back, "
-                f"or abandon it (`backfill-assets abandon {pid}`) before approving another"
-            )
-    if plan.plan_id in existing and existing[plan.plan_id][1] != PROPOSED:
+    if plan.target != table.key:
+        raise ExecutionRefused(f"plan {plan.plan_id} targets {plan.target}, not {table.key}")
+    # The plan's criteria reach SQL in the gates; a hand-made plan with a consistent id but an
+    # unsafe predicate was once approved and failed only after its batch had written the shadow.
+    plan.criteria.validate(table.spec.column_names)
+
+
+def _status_of(instance: dg.DagsterInstance, plan_id: str) -> PlanStatus | None:
+    rec = latest_plan_record(instance, plan_id)
+    return PlanStatus(str(rec["status"])) if rec and rec.get("status") else None
+
+
+def approve_plan(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    plan: BackfillPlan,
+    approved_by: str,
+) -> PlanStatus:
+    """Record an approved plan. Idempotent for the same plan.
+
+    Only one plan holds a table at a time (it would write the same shadow, and a second swap
+    over a swapped plan would be undone by the first one's rollback). The warehouse decides
+    which, atomically: of two approvals racing for one table, exactly one wins.
+    """
+    _check_plan_for(table, plan)
+    current = latest_plan_record(instance, plan.plan_id)
+    status = PlanStatus(str(current["status"])) if current else None
+    if status in ACTIVE_PLAN_STATUSES:
+        return status  # type: ignore[return-value]
+    if status is not None and status != PlanStatus.PROPOSED:
         raise ExecutionRefused(
-            f"plan {plan.plan_id} was already {existing[plan.plan_id][1]}; plan again with a "
-            "different range or criteria to backfill this range once more"
+            f"plan {plan.plan_id} was already {status}; plan again with a different range or "
+            "criteria to backfill this range once more"
+        )
+    holder = wh.claim_plan(table.key, plan.plan_id)
+    holder_status = _status_of(instance, holder) if holder != plan.plan_id else None
+    if holder_status is not None and holder_status not in ACTIVE_PLAN_STATUSES:
+        # The claim outlived its plan (a crash between the warehouse and the instance).
+        wh.release_plan(table.key, holder)
+        holder = wh.claim_plan(table.key, plan.plan_id)
+        holder_status = _status_of(instance, holder) if holder != plan.plan_id else None
+    if holder != plan.plan_id:
+        state = (
+            f"still {holder_status}"
+            if holder_status
+            else "being approved right now (or was left half-approved by a crash)"
+        )
+        raise ExecutionRefused(
+            f"plan {holder} for {table.key} is {state}; swap and release it, roll it back, or "
+            f"abandon it (`backfill-assets abandon {holder}`) before approving another"
         )
     instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
-    record_status(instance, plan, APPROVED, approved_by=approved_by)
-    return APPROVED
+    record_status(
+        instance, plan, PlanStatus.APPROVED, previous=current or {}, approved_by=approved_by
+    )
+    return PlanStatus.APPROVED
 
 
-def propose_plan(instance: dg.DagsterInstance, plan: BackfillPlan) -> str:
-    """Record a plan for review (the UI's planning job). Launches nothing; never downgrades a
-    plan that was already approved or further along."""
+def propose_plan(instance: dg.DagsterInstance, plan: BackfillPlan) -> PlanStatus:
+    """Record a plan for review (the UI's planning job, a refused launch on the target).
+    Launches nothing; never downgrades a plan that was already approved or further along."""
     verify_integrity(plan)
-    existing = plan_statuses(instance)
-    if plan.plan_id in existing and existing[plan.plan_id][1] != PROPOSED:
-        return existing[plan.plan_id][1]
+    current = latest_plan_record(instance, plan.plan_id)
+    if current is not None and current.get("status") != PlanStatus.PROPOSED:
+        return PlanStatus(str(current["status"]))
     instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
-    record_status(instance, plan, PROPOSED)
-    return PROPOSED
+    record_status(instance, plan, PlanStatus.PROPOSED, previous={})
+    return PlanStatus.PROPOSED

@@ -1,4 +1,4 @@
-"""Where a plan stands, from the instance (batches, runs, gates) and the warehouse (swap)."""
+"""Where a plan stands: the instance (batches, runs, gates), the warehouse (swap, writer)."""
 
 from __future__ import annotations
 
@@ -10,22 +10,26 @@ import dagster as dg
 
 from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG
 from backfill_assets.errors import WarehouseError
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-from backfill_assets.service.gating import FAILED, NOT_RUN, PASSED, STALE, gate_states
+from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES, GateState
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
+from backfill_assets.service.lease import gone_reason
 from backfill_assets.service.plans import load_plan
-from backfill_assets.table import BackfillableTable
+from backfill_assets.service.tables import table_for
 
 
 def plan_status(
     instance: dg.DagsterInstance,
     tables: Mapping[str, BackfillableTable],
-    wh: DuckDBWarehouse | None,
+    wh: Warehouse | None,
     plan_id: str,
 ) -> dict[str, Any]:
     plan, status = load_plan(instance, plan_id)
-    states = gate_states(instance, plan.shadow, plan.partitions)
-    by_partition: dict[str, list[str]] = {}
+    table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
+    states = gate_states(instance, plan.shadow, plan.partitions, plan_id)
+    by_partition: dict[str, list[GateState]] = {}
     for s in states:
         by_partition.setdefault(s.partition, []).append(s.state)
     runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}), limit=500)
@@ -36,19 +40,15 @@ def plan_status(
             latest_run[b] = r
     batches = []
     for b in plan.batches:
-        counts = Counter(st for pk in b.partitions for st in by_partition.get(pk, []))
+        counts = Counter(str(st) for pk in b.partitions for st in by_partition.get(pk, []))
         run = latest_run.get(str(b.index))
-        if counts.get(PASSED, 0) == len(b.partitions) * len(b.gates):
+        if counts.get(GateState.PASSED, 0) == len(b.partitions) * len(b.gates):
             state = "passed"
-        elif counts.get(FAILED):
+        elif counts.get(GateState.FAILED):
             state = "failed"
-        elif run is not None and run.status in (
-            dg.DagsterRunStatus.STARTED,
-            dg.DagsterRunStatus.QUEUED,
-            dg.DagsterRunStatus.STARTING,
-        ):
+        elif run is not None and run.status in IN_PROGRESS_RUN_STATUSES:
             state = run.status.value.lower()
-        elif counts.get(STALE):
+        elif counts.get(GateState.STALE):
             state = "stale"
         else:
             state = "pending"
@@ -63,24 +63,36 @@ def plan_status(
                 "slot_start": b.slot.start.isoformat(),
             }
         )
-    swap_state: str | None
-    try:
-        swap_state = wh.swap_state(tables[plan.target].spec, plan_id) if wh else None
-    except WarehouseError as e:
-        swap_state = f"unknown ({e})"
-    failed = [s for s in states if s.state == FAILED]
+    swap_state: str | None = None
+    writer: dict[str, Any] | None = None
+    if wh is not None:
+        try:
+            swap_state = wh.swap_state(table.spec, plan_id)
+            holder = wh.writer(table.key)
+            if holder is not None:
+                gone = gone_reason(instance, holder, reap=False)
+                writer = {
+                    "holder": holder.describe(),
+                    "run_id": holder.run_id,
+                    "free": gone is not None,
+                    "why_free": gone,
+                }
+        except WarehouseError as e:
+            swap_state = f"unknown ({e})"
+    failed = [s for s in states if s.state == GateState.FAILED]
     return {
         "plan_id": plan_id,
         "target": plan.target,
         "range": f"{plan.start}..{plan.end}",
-        "status": status,
+        "status": str(status),
         "batches_passed": sum(b["state"] == "passed" for b in batches),
         "batches_total": len(batches),
         "halted": bool(failed),
         "failed_gates": [f"{s.partition} {s.gate}" for s in failed][:50],
-        "not_run": sum(s.state == NOT_RUN for s in states),
+        "not_run": sum(s.state == GateState.NOT_RUN for s in states),
         "swap_state": swap_state,
-        "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, plan.target)],
+        "writer": writer,
+        "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, table)],
         "batches": batches,
     }
 
@@ -92,6 +104,18 @@ def render_status(s: dict[str, Any]) -> str:
         f"batches passed: {s['batches_passed']}/{s['batches_total']}; swap: "
         f"{s['swap_state'] or 'not swapped'}",
     ]
+    writer = s.get("writer")
+    if writer:
+        if writer["free"]:
+            lines.append(
+                f"writer lease of {s['target']}: left by {writer['holder']}, free to take "
+                f"({writer['why_free']})"
+            )
+        else:
+            lines.append(
+                f"writer lease of {s['target']}: held by {writer['holder']}; other writers of "
+                "the table wait for it. If that run is dead: backfill-assets doctor --repair"
+            )
     if s["daily_runs_in_progress"]:
         busy = ", ".join(r[:8] for r in s["daily_runs_in_progress"])
         lines.append(f"daily run in progress: {busy} (batches wait for it)")

@@ -29,21 +29,35 @@ import dagster as dg
 import pytest
 import requests
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_REFRESH, ROLE_TAG
-from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
-from backfill_assets.defs.driver import DRIVER_SENSOR, REFRESH_SENSOR, START_JOB, start_plan
-from backfill_assets.defs.resources import WAREHOUSE_ENV
+from backfill_assets.constants import (
+    BATCH_TAG,
+    PLAN_ID_TAG,
+    ROLE_REFRESH,
+    ROLE_TAG,
+    START_JOB,
+    driver_sensor,
+    refresh_sensor,
+)
 from backfill_assets.example.declaration import ORDERS
-from backfill_assets.example.seed import land_days
+from backfill_assets.example.definitions import example_definitions
+from backfill_assets.example.seed import land_days, write_history
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.batch_driver import start_plan
 from backfill_assets.service.guards import writer_runs_in_progress
 from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import approve_plan, plan_statuses
-from backfill_assets.service.swap import abandon_plan, refresh_requests, release_backup
+from backfill_assets.service.refresh import refresh_requests
+from backfill_assets.service.swap import abandon_plan, release_backup
 
 pytestmark = pytest.mark.slow
+
+defs = example_definitions()
+DRIVER_SENSOR = driver_sensor(ORDERS.key)
+REFRESH_SENSOR = refresh_sensor(ORDERS.key)
+TABLES = {ORDERS.key: ORDERS}
 
 T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[2]
@@ -179,10 +193,8 @@ def _seed_history(instance: dg.DagsterInstance, warehouse: Path, today: dt.date)
     first, last = today - dt.timedelta(days=20), today - dt.timedelta(days=5)
     land_days(defs, instance, first, last, ROWS_PER_DAY)
     # The target's history written directly by the v1 logic (as tests/conftest.py `history`
-    # does): building it through the daily job and dbt would add half a minute.
-    DuckDBWarehouse(warehouse).replace_partitions(
-        ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
-    )
+    # does): building the dbt marts over it would add half a minute.
+    write_history(instance, DuckDBWarehouse(warehouse), first, last, logic="1")
 
 
 @pytest.fixture(scope="module")
@@ -288,7 +300,7 @@ def plan_now(d: Dev, start: dt.date, end: dt.date, window: str) -> BackfillPlan:
     tables = {ORDERS.key: dataclasses.replace(ORDERS, daily_expected_start=daily_at)}
     wait_for(
         "no run writing the warehouse",
-        lambda: not writer_runs_in_progress(d.instance),
+        lambda: not writer_runs_in_progress(d.instance, ORDERS),
         RUN_TIMEOUT_S,
         d,
     )
@@ -323,17 +335,16 @@ def claim_target(d: Dev) -> None:
         return
     wait_for(
         "no run writing the warehouse",
-        lambda: not writer_runs_in_progress(d.instance),
+        lambda: not writer_runs_in_progress(d.instance, ORDERS),
         3 * RUN_TIMEOUT_S,
         d,
     )
     wh = DuckDBWarehouse(d.warehouse)
-    table = BACKFILLABLE_TABLES[ORDERS.key]
     for pid, status in active.items():
         if status == "approved":
-            abandon_plan(d.instance, table, wh, pid)
+            abandon_plan(d.instance, TABLES, wh, pid)
         else:
-            release_backup(d.instance, table, wh, pid)
+            release_backup(d.instance, TABLES, wh, pid)
 
 
 def test_a_started_plan_whose_window_is_closed_launches_nothing_and_the_tick_says_why(dev):
@@ -342,7 +353,7 @@ def test_a_started_plan_whose_window_is_closed_launches_nothing_and_the_tick_say
     window = window_around(now, dt.timedelta(hours=4), dt.timedelta(hours=6))
     day = dev.today - dt.timedelta(days=10)
     plan = plan_now(dev, day, day, window)
-    approve_plan(dev.instance, plan, "e2e")
+    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
     start_plan(dev.instance, plan.plan_id, "e2e", now)
     started = time.time()
 
@@ -369,7 +380,7 @@ def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a
     monday = d12 - dt.timedelta(days=d12.weekday())
     plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
     assert len(plan.batches) == 2
-    approve_plan(dev.instance, plan, "e2e")
+    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
     start_config = {"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}}
     succeeded(dev, launch(dev, START_JOB, start_config))
 
@@ -383,7 +394,8 @@ def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a
         return None
 
     batch_one = wait_for("batch 1 to start", batch_one_running, RUN_TIMEOUT_S, dev)
-    daily_day = (dev.today - dt.timedelta(days=6)).isoformat()
+    # A day within the daily job's lookback: older days are backfill territory, refused.
+    daily_day = (dev.today - dt.timedelta(days=1)).isoformat()
     daily_id = launch(
         dev, "orders_daily_job", {}, {"dagster/partition": daily_day}, assets=[ORDERS.key]
     )
@@ -420,7 +432,7 @@ def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a
     swap = launch(dev, "orders_daily__swap_job", swap_config)
     succeeded(dev, swap)
     expected = [f"{plan.plan_id}-refresh-{swap}-{i}" for i in (1, 2, 3)]
-    assert len(refresh_requests(plan, defs)) == len(expected)
+    assert len(refresh_requests(plan, defs.resolve_asset_graph())) == len(expected)
 
     def refresh_runs() -> list[dg.RunRecord] | None:
         recs = plan_runs(dev, plan.plan_id, ROLE_REFRESH)

@@ -20,11 +20,12 @@ import pytest
 import yaml
 
 from backfill_assets.cli import main
-from backfill_assets.defs.resources import WAREHOUSE_ENV
 from backfill_assets.errors import InvalidInput
-from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example import orders as o
+from backfill_assets.example.cli import main as example_main
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.plan import BackfillPlan, compute_plan_id, rollback_command
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 from backfill_assets.service.runs import run_job
@@ -61,7 +62,7 @@ def env(defs, tmp_path_factory) -> Iterator[Env]:
         wh = DuckDBWarehouse(path, lock_timeout_s=2)
         land_days(defs, inst, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
         end = HISTORY_END + dt.timedelta(days=1)
-        wh.replace_partitions(SPEC, HISTORY_START, end, build_sql=ORDERS.build_sql("1"))
+        wh.replace_partitions(SPEC, HISTORY_START, end, build=o.ORDERS_DAILY_SQL_V1)
         plan = make_plan(defs, inst, wh, "2026-01-05", "2026-01-18")
         old = target_checksums(wh, HISTORY_START, HISTORY_END)
         yield Env(inst, path, wh, plan, root, old)
@@ -72,12 +73,12 @@ def _unchanged(env: Env, case: str, before: tuple) -> None:
     expect_target(case, target_checksums(env.wh, HISTORY_START, HISTORY_END), env.old)
 
 
-def refused(env: Env, capsys, args: list[str], needle: str) -> str:
+def refused(env: Env, capsys, args: list[str], needle: str, cli=main) -> str:
     """Run the CLI; assert exit 2, one `refused:` line naming `needle`, nothing written."""
     bad_input()
     before = state(env.instance, env.path)
     capsys.readouterr()
-    code = main(args)
+    code = cli(args)
     err = capsys.readouterr().err.strip().splitlines()
     lines = [line for line in err if line.startswith("refused: ")]
     assert code == 2, f"{args} exited {code}: {err[-3:]}"
@@ -116,14 +117,14 @@ def test_land_refuses_bad_dates_with_exit_2_and_lands_nothing(env, capsys, case)
     # recorded a failed run), future days were landed as if they had happened, and 0 rows a day
     # "landed" empty days.
     args, needle = LAND[case]
-    refused(env, capsys, ["land", *args], needle)
+    refused(env, capsys, ["land", *args], needle, cli=example_main)
 
 
 @pytest.mark.parametrize("case", sorted(DAILY))
 def test_daily_refuses_bad_dates_with_exit_2_and_runs_nothing(env, capsys, case):
     # Regression: a day outside the partitions raised DagsterUnknownPartitionError (a traceback).
     day, needle = DAILY[case]
-    refused(env, capsys, ["daily", day], needle)
+    refused(env, capsys, ["daily", day], needle, cli=example_main)
 
 
 def test_plan_refuses_an_injected_partition_key(env, capsys):
@@ -136,8 +137,8 @@ def test_the_warehouse_refuses_a_malformed_partition_key_before_any_sql(env):
     before = state(env.instance, env.path)
     day = dt.date(2026, 1, 5)
     calls = [
-        lambda: env.wh.replace_partitions(SPEC, INJECTED_KEY, day),  # type: ignore[arg-type]
-        lambda: env.wh.replace_partitions(SPEC, day, "2026-02-30", shadow=True),  # type: ignore[arg-type]
+        lambda: env.wh.replace_partitions(SPEC, INJECTED_KEY, day, build=""),  # type: ignore[arg-type]
+        lambda: env.wh.replace_partitions(SPEC, day, "2026-02-30", build="", shadow=True),  # type: ignore[arg-type]
         lambda: env.wh.swap(SPEC, env.plan.plan_id, [day, INJECTED_KEY]),  # type: ignore[list-item]
     ]
     for call in calls:
@@ -251,7 +252,7 @@ def test_predicate_escape_attempts_are_refused_on_every_path_to_sql(env, capsys,
 
 
 def test_the_ui_planning_job_fails_its_run_on_a_predicate_escape_and_proposes_nothing(env, defs):
-    from backfill_assets.cli import _run_error
+    from tests.helpers import refused_message
 
     bad_input()
     fingerprint_before, runs_before, *plans_before = state(env.instance, env.path)
@@ -271,7 +272,7 @@ def test_the_ui_planning_job_fails_its_run_on_a_predicate_escape_and_proposes_no
         run_config={"ops": {"plan_backfill_op": {"config": config}}},
     )
     assert not result.success
-    assert "contains a comment or ';'" in (_run_error(result) or "")
+    assert "contains a comment or ';'" in refused_message(result)
     fingerprint_after, runs_after, *plans_after = state(env.instance, env.path)
     assert (fingerprint_after, runs_after, plans_after) == (
         fingerprint_before,

@@ -7,11 +7,13 @@ import time
 
 import pytest
 
-from backfill_assets.cli import LOCK_TIMEOUT_ENV, main
-from backfill_assets.definitions import BACKFILLABLE_TABLES
+from backfill_assets.cli import main
 from backfill_assets.errors import ExecutionRefused, WarehouseError
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.states import PlanStatus
+from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-from backfill_assets.service.plans import ABANDONED, APPROVED, approve_plan, load_plan
+from backfill_assets.service.plans import approve_plan, load_plan
 from backfill_assets.service.swap import abandon_plan
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.reliability.harness import Child, bad_input, expect_target, fault, fingerprint, state
@@ -52,7 +54,9 @@ def test_a_warehouse_held_by_another_process_is_refused_within_the_bound_and_nev
         assert main(["abandon", plan.plan_id]) == 2
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert last.startswith("refused: ") and "held by another process" in last
-        assert load_plan(instance, plan.plan_id)[1] == APPROVED  # nothing recorded either
+        assert (
+            load_plan(instance, plan.plan_id)[1] == PlanStatus.APPROVED
+        )  # nothing recorded either
         # Regression: planning fell back to default row estimates when the warehouse was held.
         args = [
             "plan",
@@ -80,7 +84,7 @@ def test_a_warehouse_held_by_another_process_is_refused_within_the_bound_and_nev
         "warehouse held by another process", checksums(history, HISTORY_START, HISTORY_END), old
     )
     assert main(["abandon", plan.plan_id]) == 0  # after release everything works
-    assert load_plan(instance, plan.plan_id)[1] == ABANDONED
+    assert load_plan(instance, plan.plan_id)[1] == PlanStatus.ABANDONED
 
 
 def test_a_second_plan_for_the_same_target_is_refused_until_the_first_is_abandoned(
@@ -91,7 +95,7 @@ def test_a_second_plan_for_the_same_target_is_refused_until_the_first_is_abandon
     before = state(instance, warehouse_path)
 
     with pytest.raises(ExecutionRefused, match=f"plan {first.plan_id} for orders_daily is still"):
-        approve_plan(instance, second, "tests")
+        approve_plan(instance, history, ORDERS, second, "tests")
     path = tmp_path / "second.json"
     path.write_text(second.to_json())
     assert main(["approve", str(path)]) == 2
@@ -99,11 +103,11 @@ def test_a_second_plan_for_the_same_target_is_refused_until_the_first_is_abandon
     bad_input(2)
     assert state(instance, warehouse_path) == before
 
-    abandon_plan(instance, BACKFILLABLE_TABLES["orders_daily"], history, first.plan_id)
-    assert approve_plan(instance, second, "tests") == APPROVED
+    abandon_plan(instance, {ORDERS.key: ORDERS}, history, first.plan_id)
+    assert approve_plan(instance, history, ORDERS, second, "tests") == PlanStatus.APPROVED
     # Approving the same plan again is idempotent, not a second active plan.
-    assert approve_plan(instance, second, "tests") == APPROVED
+    assert approve_plan(instance, history, ORDERS, second, "tests") == PlanStatus.APPROVED
     third = make_plan(defs, instance, history, "2026-01-05", "2026-01-18", approve=False)
     with pytest.raises(ExecutionRefused, match=f"plan {second.plan_id}"):
-        approve_plan(instance, third, "tests")
+        approve_plan(instance, history, ORDERS, third, "tests")
     assert json.loads(path.read_text())["plan_id"] == second.plan_id

@@ -3,8 +3,8 @@ between their statements. After each: the target is all old or all new, the back
 old one, and no batch ran twice.
 
 Real processes are killed: a child `python -c` loads the project and works on the same DuckDB
-file and Dagster instance as the test; `DuckDBWarehouse._fault` (a documented test seam) pauses
-it at a named statement so the SIGKILL lands inside the transaction, or raises there.
+file and Dagster instance as the test; `tests.reliability.faults` wraps its warehouse connections
+to pause it at a named statement so the SIGKILL lands inside the transaction, or to raise there.
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, WRITER_POOL
-from backfill_assets.definitions import BACKFILLABLE_TABLES
+from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, driver_sensor
 from backfill_assets.errors import WarehouseError
+from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
+from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-from backfill_assets.service.executor import execute_plan
-from backfill_assets.service.plans import APPROVED, SWAPPED, load_plan
+from backfill_assets.service.plans import load_plan
 from backfill_assets.service.swap import perform_rollback, perform_swap
 from tests.conftest import HISTORY_END, HISTORY_START, NOW, ROWS_PER_DAY, make_plan
+from tests.helpers import execute
+from tests.reliability.faults import injected
 from tests.reliability.harness import (
     SPEC,
     Child,
@@ -37,16 +40,18 @@ from tests.reliability.harness import (
     target_checksums,
 )
 
-TABLE = BACKFILLABLE_TABLES["orders_daily"]
+TABLE = ORDERS
 # Two batches: Wed-Sun of ISO week 2026-W02 (a partial week: its Mon-Tue stay live) and W03.
 START, END = "2026-01-07", "2026-01-18"
 
 CHILD_EXECUTE = """
 import datetime as dt, os, time
 import dagster as dg
-from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+from backfill_assets.example.definitions import example_definitions
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.service.executor import execute_plan
+from backfill_assets.service.tables import backfill_tables
+from tests.reliability.faults import install
 
 pause = os.environ["PAUSE_AT"]
 
@@ -61,9 +66,11 @@ def progress(report, total):
         print("paused between batches", flush=True)
         time.sleep(600)
 
-DuckDBWarehouse._fault = staticmethod(at_step)
+install(at_step)
 now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
-execute_plan(defs, dg.DagsterInstance.get(), BACKFILLABLE_TABLES, os.environ["PLAN_ID"],
+defs = example_definitions()
+wh = DuckDBWarehouse(os.environ["BACKFILL_ASSETS_WAREHOUSE"])
+execute_plan(defs, dg.DagsterInstance.get(), wh, backfill_tables(defs), os.environ["PLAN_ID"],
              clock=lambda: now, progress=progress, log_level="WARNING")
 print("finished", flush=True)
 """
@@ -72,6 +79,7 @@ CHILD_SWAP = """
 import datetime as dt, os, time
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from tests.reliability.faults import install
 
 wh = DuckDBWarehouse(os.environ["WAREHOUSE"])
 pause_after = int(os.environ["PAUSE_AFTER_STEPS"])  # 0: no pause, run at full speed
@@ -85,7 +93,7 @@ def at_step(step):
         time.sleep(600)
 
 if pause_after:
-    wh._fault = at_step
+    install(at_step, wh)
 start, end = dt.date.fromisoformat(os.environ["START"]), dt.date.fromisoformat(os.environ["END"])
 days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 print("swapping", flush=True)
@@ -97,6 +105,7 @@ CHILD_DAILY_WRITE = """
 import datetime as dt, os, time
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from tests.reliability.faults import install
 
 wh = DuckDBWarehouse(os.environ["WAREHOUSE"])
 pause = os.environ.get("PAUSE_AT", "")
@@ -106,19 +115,20 @@ def at_step(step):
         print("paused at " + step, flush=True)
         time.sleep(600)
 
-wh._fault = at_step
+install(at_step, wh)
 day = dt.date.fromisoformat(os.environ["DAY"])
 print("writing", flush=True)
-wh.replace_partitions(ORDERS.spec, day, day + dt.timedelta(days=1))  # the daily job's write
+# The daily job's write.
+wh.replace_partitions(ORDERS.spec, day, day + dt.timedelta(days=1), build=ORDERS_SQL)
 print("committed", flush=True)
 """
 
 CHILD_LAUNCHED_RUN = """
 import json, os, sys
 import dagster as dg
-from backfill_assets.definitions import defs
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.example.definitions import example_definitions
 from backfill_assets.service.runs import run_job
+from tests.reliability.faults import install
 
 request = json.loads(os.environ["REQUEST"])
 
@@ -127,9 +137,9 @@ def at_step(step):
         print("paused at " + step, flush=True)
         sys.stdin.read()  # until the test lets it go on
 
-DuckDBWarehouse._fault = staticmethod(at_step)
-result = run_job(defs, request["job_name"], dg.DagsterInstance.get(), tags=request["tags"],
-                 log_level="WARNING")
+install(at_step)
+result = run_job(example_definitions(), request["job_name"], dg.DagsterInstance.get(),
+                 tags=request["tags"], log_level="WARNING")
 print(f"finished {result.success}", flush=True)
 """
 
@@ -163,8 +173,8 @@ def _execute_child(instance, warehouse_path: Path, tmp_path: Path, plan_id: str,
     )
 
 
-def _execute(defs, instance, plan_id: str):
-    return execute_plan(defs, instance, BACKFILLABLE_TABLES, plan_id, clock=lambda: NOW)
+def _execute(defs, instance, wh, plan):
+    return execute(defs, instance, wh, plan)
 
 
 def _runs_by_batch(instance: dg.DagsterInstance, plan_id: str) -> dict[str, list[str]]:
@@ -225,7 +235,7 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"], "2": ["STARTED"]}
 
     # The rerun first marks the killed attempt failed and frees its writer slot, then resumes.
-    reports = _execute(defs, instance, plan.plan_id)
+    reports = _execute(defs, instance, history, plan)
     assert [r.status for r in reports] == ["skipped (already passed)", "passed"]
     # Batch 1 ran once; batch 2's killed attempt never finished and its rerun passed once.
     assert _runs_by_batch(instance, plan.plan_id) == {
@@ -249,14 +259,11 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
 
 
 @pytest.mark.slow
-@pytest.mark.slow
-def test_a_batch_killed_mid_run_does_not_keep_the_writer_slot_from_its_rerun(
+def test_a_batch_killed_mid_run_does_not_keep_the_tables_writer_from_its_rerun(
     defs, instance, history, warehouse_path, tmp_path
 ):
-    # Regression: a SIGKILLed in-process batch run stayed STARTED holding its writer-pool slot,
-    # so the next `backfill-assets run` waited for it forever.
-    from backfill_assets.service.executor import reap_dead_runs
-
+    # Regression: a SIGKILLed in-process batch run stayed STARTED holding its writer slot, so the
+    # next `backfill-assets run` waited for it forever (spinning, deaf to Ctrl-C).
     plan = make_plan(defs, instance, history, START, END)
     child = _execute_child(
         instance, warehouse_path, tmp_path, plan.plan_id, "deleted orders_daily__shadow__w2026w02"
@@ -264,21 +271,26 @@ def test_a_batch_killed_mid_run_does_not_keep_the_writer_slot_from_its_rerun(
     child.wait_for("paused at")
     child.kill()
     dead = {r.run_id for r in _dead_runs(instance, plan.plan_id)}
-    assert dead
-    assert set(reap_dead_runs(instance, plan.plan_id)) == dead
-    pool = instance.event_log_storage.get_concurrency_info(WRITER_POOL)
-    assert not {slot.run_id for slot in pool.claimed_slots} & dead
+    assert len(dead) == 1
+    holder = history.writer(ORDERS.key)
+    assert holder is not None and holder.holder_id in dead  # the dead run still holds the table
+    t0 = time.monotonic()
+    reports = _execute(defs, instance, history, plan)
+    assert time.monotonic() - t0 < 60  # no wait for the dead holder
+    assert [r.status for r in reports] == ["passed", "passed"]
     assert not _dead_runs(instance, plan.plan_id)
+    assert {instance.get_run_by_id(r).status for r in dead} == {dg.DagsterRunStatus.FAILURE}
+    holder = history.writer(ORDERS.key)
+    assert holder is None or holder.holder_id not in dead
 
 
 def _driver_tick(defs, instance):
     """One evaluation of the batch driver by a daemon that just (re)started: a sensor built
     afresh, a fresh context; the only state is the instance's."""
-    from backfill_assets.definitions import TABLE_DEFINITIONS
-    from backfill_assets.defs.driver import DRIVER_SENSOR, driver_definitions
+    from backfill_assets.defs.table_assets import table_definitions
 
-    built = driver_definitions(BACKFILLABLE_TABLES, TABLE_DEFINITIONS, clock=lambda: NOW)
-    sensor = next(s for s in built.sensors or [] if s.name == DRIVER_SENSOR)
+    built = table_definitions(ORDERS, clock=lambda: NOW)
+    sensor = next(s for s in built.sensors or [] if s.name == driver_sensor(ORDERS.key))
     context = dg.build_sensor_context(instance=instance, definitions=defs)
     return sensor.evaluate_tick(context)
 
@@ -294,7 +306,7 @@ def test_a_daemon_restarted_while_a_batch_runs_requests_no_batch_twice_and_the_p
 ):
     import json
 
-    from backfill_assets.defs.driver import start_plan
+    from backfill_assets.service.batch_driver import start_plan
     from backfill_assets.service.runs import run_job
 
     plan = make_plan(defs, instance, history, START, END)
@@ -348,11 +360,11 @@ def test_a_plan_killed_between_batches_continues_on_rerun_without_launching_a_ba
     child.kill()
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"]}
 
-    reports = _execute(defs, instance, plan.plan_id)
+    reports = _execute(defs, instance, history, plan)
     assert [r.status for r in reports] == ["skipped (already passed)", "passed"]
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"], "2": ["SUCCESS"]}
     # Running it once more launches nothing at all.
-    again = _execute(defs, instance, plan.plan_id)
+    again = _execute(defs, instance, history, plan)
     assert [r.status for r in again] == ["skipped (already passed)"] * 2
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"], "2": ["SUCCESS"]}
     expect_target("plan killed between batches", _history(history), old)
@@ -363,9 +375,9 @@ def test_a_plan_killed_between_batches_continues_on_rerun_without_launching_a_ba
 # move live -> backup, then shadow -> live; the views are rebuilt just before COMMIT.
 SWAP_STEPS = [
     "renamed orders_daily__w2026w02 to",
-    "renamed orders_daily__shadow__w2026w02 to live",
+    "renamed orders_daily__shadow__w2026w02 to orders_daily__w2026w02",
     "renamed orders_daily__w2026w03 to",
-    "swap before commit",
+    "before commit",
 ]
 
 
@@ -373,33 +385,30 @@ def test_a_crash_between_the_swaps_statements_rolls_it_back_and_the_plan_can_swa
     defs, instance, history
 ):
     plan = make_plan(defs, instance, history, START, END)
-    _execute(defs, instance, plan.plan_id)
+    _execute(defs, instance, history, plan)
     old = _history(history)
     shadow = history.checksums(SPEC, plan.start, plan.end_exclusive, shadow=True)
     backups = "select count(*) from duckdb_tables() where table_name like '%backup%'"
 
     for step in SWAP_STEPS:
-        history._fault = _raise_at(step)
-        with pytest.raises(InjectedFault):
+        with injected(_raise_at(step), on=history), pytest.raises(InjectedFault):
             perform_swap(instance, TABLE, history, plan.plan_id)
-        history._fault = None
         expect_target(f"swap crashed at {step!r}", _history(history), old)
         assert history.checksums(SPEC, plan.start, plan.end_exclusive, shadow=True) == shadow
         assert history.swap_state(SPEC, plan.plan_id) is None
         assert history.query(backups) == [(0,)]
-        assert load_plan(instance, plan.plan_id)[1] == APPROVED
+        assert load_plan(instance, plan.plan_id)[1] == PlanStatus.APPROVED
 
     assert perform_swap(instance, TABLE, history, plan.plan_id).action == "swapped"
     new = after_swap(old, shadow, _days(plan))
     expect_target("swap after the crashes", _history(history), new)
 
     # A crash inside the rollback leaves the swapped state whole; the next rollback restores.
-    history._fault = _raise_at("restored")
-    with pytest.raises(InjectedFault):
+    restoring = "renamed orders_daily__backup__"
+    with injected(_raise_at(restoring), on=history), pytest.raises(InjectedFault):
         perform_rollback(instance, TABLE, history, plan.plan_id)
-    history._fault = None
     expect_target("rollback crashed", _history(history), new)
-    assert load_plan(instance, plan.plan_id)[1] == SWAPPED
+    assert load_plan(instance, plan.plan_id)[1] == PlanStatus.SWAPPED
     assert perform_rollback(instance, TABLE, history, plan.plan_id).action == "rolled_back"
     expect_target("rollback after the crash", _history(history), old)
 
@@ -412,7 +421,9 @@ PLANNED_DAYS = [
     PLANNED[0] + dt.timedelta(days=i) for i in range((PLANNED[1] - PLANNED[0]).days + 1)
 ]
 KILL_PLAN = "pkillswap"
-SWAP_STEP_COUNT = 16 * 2 + 1  # live -> backup and shadow -> live per week, then the commit step
+# Per week: trim the shadow to the plan's days, copy in the live days outside them, rename live ->
+# backup and shadow -> live (4 steps); then the commit.
+SWAP_STEP_COUNT = 16 * 4 + 1
 
 
 @pytest.fixture
@@ -422,9 +433,12 @@ def many_weeks(defs, instance, wh, warehouse_path, tmp_path):
 
     land_days(defs, instance, LANDED[0], LANDED[1], 30)
     end = LANDED[1] + dt.timedelta(days=1)
-    wh.replace_partitions(SPEC, LANDED[0], end, build_sql=ORDERS.build_sql("1"))
+    wh.replace_partitions(SPEC, LANDED[0], end, build=o.ORDERS_DAILY_SQL_V1)
     planned_end = PLANNED[1] + dt.timedelta(days=1)
-    wh.replace_partitions(SPEC, PLANNED[0], planned_end, shadow=True, plan_id=KILL_PLAN)
+    assert wh.claim_plan(SPEC.name, KILL_PLAN) == KILL_PLAN
+    wh.replace_partitions(
+        SPEC, PLANNED[0], planned_end, build=ORDERS_SQL, shadow=True, plan_id=KILL_PLAN
+    )
     old = target_checksums(wh, *LANDED)
     shadow = wh.checksums(SPEC, PLANNED[0], planned_end, shadow=True)
     assert sorted(shadow) == PLANNED_DAYS
@@ -535,7 +549,7 @@ def test_a_daily_write_is_one_transaction_a_second_writer_waits_and_a_kill_leave
         "daily write killed between DELETE and INSERT", history.checksums(SPEC, day, after), old_day
     )
     assert history.partition_versions(SPEC, HISTORY_START, HISTORY_END) == versions
-    history.replace_partitions(SPEC, day, after)  # the daily run's retry
+    history.replace_partitions(SPEC, day, after, build=ORDERS_SQL)  # the daily run's retry
     rows, distinct = history.query(
         "select count(*), count(distinct order_id) from orders_daily where order_date = $d",
         {"d": day},
@@ -555,7 +569,7 @@ def test_a_large_daily_write_killed_at_random_moments_leaves_the_day_all_old_or_
     land_days(defs, instance, day, day, rows)
 
     def write_old() -> dict[dt.date, str]:
-        history.replace_partitions(SPEC, day, after, build_sql=ORDERS.build_sql("1"))
+        history.replace_partitions(SPEC, day, after, build=o.ORDERS_DAILY_SQL_V1)
         return history.checksums(SPEC, day, after)
 
     def child(name: str) -> Child:

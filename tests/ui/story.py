@@ -24,10 +24,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
 from backfill_assets.errors import GateFailed
 from backfill_assets.example.declaration import ORDERS
-from backfill_assets.example.seed import land_days
+from backfill_assets.example.seed import land_days, write_history
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
@@ -36,7 +35,7 @@ from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import approve_plan
 
 # The `dagster dev` helpers of the daemon end-to-end tests, shared rather than copied.
-from tests.e2e.test_daemon import Dev, dev_server, window_around
+from tests.e2e.test_daemon import Dev, defs, dev_server, window_around
 
 ROWS_PER_DAY = 200
 # One order in ten of the restated day gets another amount, a column the criteria declare
@@ -53,7 +52,7 @@ class Story:
     dev: Dev
     plan: BackfillPlan
     bad_day: dt.date  # in batch 2; its sample gate failed
-    daily_day: dt.date  # a landed day outside the plan's weeks, for the daily run a test launches
+    daily_day: dt.date  # a day in the daily job's lookback, for the daily run a test launches
 
     def url(self, path: str) -> str:
         return f"{self.dev.url}{path}"
@@ -91,27 +90,27 @@ def seed(
     first, last = today - dt.timedelta(days=28), today - dt.timedelta(days=5)
     land_days(defs, instance, first, last, ROWS_PER_DAY)
     wh = DuckDBWarehouse(warehouse)
-    # The history as the buggy v1 logic wrote it (tests/conftest.py `history`): building it
-    # through the daily job and dbt would add a minute and show nothing more here.
-    wh.replace_partitions(
-        ORDERS.spec, first, last + dt.timedelta(days=1), build_sql=ORDERS.build_sql("1")
-    )
+    # The history as the buggy v1 logic wrote it (tests/conftest.py `history`): building the
+    # dbt marts over it would add a minute and show nothing more here.
+    write_history(instance, wh, first, last, logic="1")
     plan = plan_three_batches(instance, warehouse, today)
-    approve_plan(instance, plan, "ui-tests")
+    approve_plan(instance, wh, ORDERS, plan, "ui-tests")
     bad_day = plan.batches[1].start + dt.timedelta(days=1)
     wh.execute(CORRUPTION_SQL, {"d": bad_day})
     with pytest.raises(GateFailed, match=f"{bad_day} sample_gate"):
         execute_plan(
             defs,
             instance,
-            BACKFILLABLE_TABLES,
+            wh,
+            {ORDERS.key: ORDERS},
             plan.plan_id,
             clock=lambda: dt.datetime.now(dt.UTC),
             log_level="WARNING",
         )
-    # The last landed day is in a later ISO week than the plan's last batch; 5 days old, it is
-    # past the daily sensor's lookback, so the daemon starts no daily run of its own.
-    return plan, bad_day, last
+    # The last landed day is 5 days old, past the daily sensor's lookback, so the daemon starts
+    # no daily run of its own. The daily run a test launches is for yesterday: the daily job
+    # writes the live table only within its lookback (older days are backfill territory).
+    return plan, bad_day, today - dt.timedelta(days=1)
 
 
 @contextmanager

@@ -18,18 +18,26 @@ import pytest
 from playwright.sync_api import Locator, Page, ViewportSize, expect
 from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, ROLE_DAILY, ROLE_TAG, WRITER_TAG
-from backfill_assets.definitions import defs
-from backfill_assets.defs.driver import DRIVER_SENSOR, START_JOB
+from backfill_assets.constants import (
+    BATCH_TAG,
+    PLAN_ID_TAG,
+    ROLE_DAILY,
+    ROLE_TAG,
+    START_JOB,
+    WRITER_TAG,
+    driver_sensor,
+)
+from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
-from backfill_assets.service.guards import IN_PROGRESS
-from tests.e2e.test_daemon import RUN_TIMEOUT_S, plan_runs, wait_for
+from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES
+from tests.e2e.test_daemon import RUN_TIMEOUT_S, defs, plan_runs, wait_for
 from tests.ui.story import ROWS_PER_DAY, Story
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 Shot = Callable[[Page, str], Path]
 LOCATION = "backfill_assets"
+DRIVER_SENSOR = driver_sensor(ORDERS.key)
 RUN_URL = re.compile(r"/runs/([0-9a-f-]{36})")
 RUN_TIMEOUT_MS = RUN_TIMEOUT_S * 1000
 # Every asset of the example's lineage, and the groups the graph expands to show them.
@@ -166,7 +174,9 @@ def status_of(story: Story, run_id: str) -> dg.DagsterRunStatus | None:
 
 
 def nothing_in_progress(story: Story) -> bool:
-    return not story.dev.instance.get_runs(filters=dg.RunsFilter(statuses=IN_PROGRESS), limit=1)
+    return not story.dev.instance.get_runs(
+        filters=dg.RunsFilter(statuses=list(IN_PROGRESS_RUN_STATUSES)), limit=1
+    )
 
 
 # -- 1. lineage ----------------------------------------------------------------------------------

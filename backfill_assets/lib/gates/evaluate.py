@@ -14,7 +14,7 @@ from typing import Any
 from backfill_assets.constants import INVARIANTS_CHECK, ROW_COUNT_CHECK, SAMPLE_CHECK
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import SampleDiff, Warehouse
+from backfill_assets.lib.warehouse.base import GateSource, SampleDiff
 
 MAX_SAMPLE_ROWS_SHOWN = 20
 
@@ -124,7 +124,7 @@ def invariants_outcome(day: dt.date, violations: dict[str, int]) -> GateOutcome:
 
 
 def evaluate_gates(
-    wh: Warehouse,
+    wh: GateSource,
     spec: TableSpec,
     criteria: Criteria,
     start: dt.date,

@@ -243,6 +243,7 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         occurrences_needed=placements[-1].occurrence,
         expected_finish=batches[-1].slot.end,
         timezone=tz_name,
+        daily_timezone=target.timezone,
     )
     return BackfillPlan(
         schema_version=PLAN_SCHEMA_VERSION,
@@ -336,12 +337,14 @@ def _daily_arcs(
     """The daily slot as arcs (start second of day, length) on the plan timezone's clock.
 
     The first arc is for today. When the plan's zone differs from the target's, the offset
-    between them can change with DST, so January and July are checked too.
+    between them changes with DST, and not on the same days in both zones (Europe and the US
+    change weeks apart), so every day of the coming year is checked: a window must miss the
+    slot on each of them.
     """
     today = now.astimezone(target_tz).date()
     refs = [today]
     if tz.key != target_tz.key:
-        refs += [dt.date(today.year, 1, 15), dt.date(today.year, 7, 15)]
+        refs += [today + dt.timedelta(days=i) for i in range(1, 367)]
     arcs: list[tuple[int, int]] = []
     for ref in refs:
         begin = resolve_local(ref, target.daily_expected_start, target_tz, edge="start")

@@ -143,9 +143,7 @@ def criteria_error(e: ValidationError, where: str = "criteria") -> InvalidInput:
     loc = ".".join(str(p) for p in err["loc"])
     if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
         known = "row_count, sample, invariants" if len(err["loc"]) == 1 else "the keys"
-        return InvalidInput(
-            f"unknown {where} key {loc!r}; use {known} listed in docs/criteria.md"
-        )
+        return InvalidInput(f"unknown {where} key {loc!r}; use {known} listed in docs/criteria.md")
     return InvalidInput(f"{where}.{loc}: {err['msg']}; see docs/criteria.md for the accepted keys")
 
 

@@ -186,7 +186,10 @@ class Contention:
     def _nested_slot(self, handler: Any) -> _ContentionJSON:
         data = handler(self)
         out = {"daily_job": data.pop("daily_job")}
-        out["daily_slot"] = {"start": data.pop("daily_slot_start"), "end": data.pop("daily_slot_end")}
+        out["daily_slot"] = {
+            "start": data.pop("daily_slot_start"),
+            "end": data.pop("daily_slot_end"),
+        }
         if data.get("daily_timezone") is None:
             data.pop("daily_timezone", None)
         return {**out, **data}  # type: ignore[return-value]
@@ -309,7 +312,8 @@ class BackfillPlan:
             ) from None
         except RecursionError:
             raise InvalidInput(
-                "plan JSON is nested too deeply to be a plan; re-create it with backfill-assets plan"
+                "plan JSON is nested too deeply to be a plan; re-create it with "
+                "backfill-assets plan"
             ) from None
         return BackfillPlan.from_dict(data)
 
@@ -318,9 +322,23 @@ PLAN_ADAPTER = TypeAdapter(BackfillPlan)
 PLAN_KEYS = tuple(BackfillPlan.__dataclass_fields__)
 
 
+SCHEMA_FILE = "plan.schema.json"
+
+
 def plan_json_schema() -> dict[str, Any]:
-    """The plan contract as JSON Schema (what `plan.schema.json` in this package holds)."""
-    return PLAN_ADAPTER.json_schema(mode="serialization")
+    """The plan contract as JSON Schema, generated from the plan's types. `plan.schema.json`
+    next to this module is this, written out (a test keeps the two equal)."""
+    schema = PLAN_ADAPTER.json_schema(mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://backfill-assets.invalid/plan.schema.json"
+    return schema
+
+
+def shipped_plan_schema() -> dict[str, Any]:
+    """The plan contract as shipped with the package."""
+    from importlib.resources import files
+
+    return json.loads(files("backfill_assets.lib.planning").joinpath(SCHEMA_FILE).read_text())
 
 
 _PROBLEMS = {
@@ -346,8 +364,10 @@ def _plan_error(e: ValidationError) -> InvalidInput:
         where = loc.rsplit(".", 1)
         key = where[-1]
         owner = f"plan {where[0]}" if len(where) == 2 else "plan"
-        what = f"{owner} is missing key {key!r}" if kind == "missing" else (
-            f"{owner} has unknown key {key!r}"
+        what = (
+            f"{owner} is missing key {key!r}"
+            if kind == "missing"
+            else (f"{owner} has unknown key {key!r}")
         )
     elif kind.startswith("date") or kind.startswith("datetime"):
         noun = "datetime" if kind.startswith("datetime") else "date"

@@ -20,7 +20,7 @@ UTC = dt.UTC
 DAY_SECONDS = 86_400
 
 # ASCII digits only: `\\d` also matches full-width and other Unicode digits, which int() reads,
-# so "０２:００-０６:００" was accepted as a window.
+# so a window written in full-width digits was accepted.
 _WINDOW_RE = re.compile(r"\s*([0-9]{1,2}):([0-9]{2})\s*-\s*([0-9]{1,2}):([0-9]{2})\s*", re.ASCII)
 _WINDOW_HINT = (
     "pass --window HH:MM-HH:MM (24-hour local time; may cross midnight, e.g. 22:00-04:00)"

@@ -3,15 +3,24 @@
 The swap is designed as "exchange partitions": an adapter moves pointers (DuckDB: rename one
 table per ISO week behind a view; Postgres: ATTACH/DETACH PARTITION) rather than copying rows,
 so its cost follows the number of weeks in the plan, not the size of the table or the range.
+
+Besides the data, an adapter keeps the coordination state that must be atomic with it, in its
+`backfill_meta` schema: per-partition versions, the shadow build log, the swap log, the writer
+lease of each table and the plan that holds each table.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backfill_assets.lib.spec import TableSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,18 @@ class SampleDiff:
 
 
 @dataclass(frozen=True)
+class GateInputs:
+    """Per partition of [start, end): counts, duplicates, invariant violations, sample diff."""
+
+    shadow_rows: dict[dt.date, int]
+    target_rows: dict[dt.date, int]
+    source_rows: dict[dt.date, int] | None
+    duplicates: dict[dt.date, int]
+    invariants: dict[dt.date, dict[str, int]]
+    samples: dict[dt.date, SampleDiff]
+
+
+@dataclass(frozen=True)
 class SwapResult:
     plan_id: str
     action: str  # "swapped", "rolled_back", "already_swapped", "already_rolled_back"
@@ -47,8 +68,56 @@ class SwapResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class LeaseHolder:
+    """Who holds a table's writer lease: a run (its id), or a command (`cmd:<uuid>`)."""
+
+    holder_id: str
+    role: str = ""
+    job_name: str = ""
+    plan_id: str = ""
+    host: str = ""
+    pid: int = 0
+    claimed_at: dt.datetime | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.holder_id.startswith("cmd:") else self.holder_id
+
+    def describe(self) -> str:
+        what = f"run {self.holder_id[:8]}" if self.run_id else "command"
+        plan = f"plan {self.plan_id}" if self.plan_id else ""
+        parts = [p for p in (self.role, self.job_name, plan) if p]
+        at = f", pid {self.pid} on {self.host}" if self.pid else ""
+        since = f", since {self.claimed_at:%Y-%m-%d %H:%M:%S} UTC" if self.claimed_at else ""
+        return f"{what} ({', '.join(parts) or 'no role'}{at}{since})"
+
+
+class GateSource(Protocol):
+    """What the gates read (lib/gates): everything for a batch in a few set-based queries."""
+
+    def gate_inputs(
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        plan_id: str,
+        sample_size: int,
+        unchanged: tuple[str, ...],
+        changed_predicates: Mapping[str, str],
+        invariants: Mapping[str, str],
+        full_compare: bool,
+    ) -> GateInputs: ...
+
+
 class Warehouse(Protocol):
     """What the rest of the package needs from a warehouse."""
+
+    dialect: str  # "duckdb" or "postgres": the SQL dialect builds and predicates are rendered in
+
+    @property
+    def location(self) -> str: ...
 
     def ensure_table(self, spec: TableSpec) -> None: ...
 
@@ -58,16 +127,28 @@ class Warehouse(Protocol):
         start: dt.date,
         end: dt.date,
         *,
+        build: str | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
-        build_sql: str | None = None,
     ) -> dict[dt.date, int]: ...
 
     def partition_stats(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> PartitionStats: ...
 
-    def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> Any: ...
+    def gate_inputs(
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        plan_id: str,
+        sample_size: int,
+        unchanged: tuple[str, ...],
+        changed_predicates: Mapping[str, str],
+        invariants: Mapping[str, str],
+        full_compare: bool,
+    ) -> GateInputs: ...
 
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
@@ -79,4 +160,36 @@ class Warehouse(Protocol):
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int: ...
 
+    def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int: ...
+
     def swap_state(self, spec: TableSpec, plan_id: str) -> str | None: ...
+
+    # -- coordination ----------------------------------------------------------------------
+
+    def claim_writer(
+        self, table: str, holder: LeaseHolder, *, takeover: str | None = None
+    ) -> LeaseHolder: ...
+
+    def release_writer(self, table: str, holder_id: str) -> bool: ...
+
+    def writer(self, table: str) -> LeaseHolder | None: ...
+
+    def claim_plan(self, table: str, plan_id: str) -> str: ...
+
+    def release_plan(self, table: str, plan_id: str) -> bool: ...
+
+    def active_plan(self, table: str) -> str | None: ...
+
+    # -- plain tables (sources, reference data) and reads ----------------------------------
+
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]: ...
+
+    def transaction(self) -> AbstractContextManager[Any]: ...
+
+
+def iter_days(start: dt.date, end: dt.date) -> Iterator[dt.date]:
+    """Every day of [start, end)."""
+    day = start
+    while day < end:
+        yield day
+        day += dt.timedelta(days=1)

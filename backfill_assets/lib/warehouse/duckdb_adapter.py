@@ -12,7 +12,9 @@ A swap renames live -> backup and shadow -> live for every week of the plan in o
 (pointer moves, no row copies except the few days of a partial first/last week that lie outside
 the plan). Rollback is the same move in reverse. `backfill_meta` holds per-partition write
 versions, the shadow's build log and the swap log, so a swap can refuse when the live partition
-changed after its shadow was built.
+changed after its shadow was built; and the writer lease and plan claim of each table, changed by
+compare-and-set in one transaction (DuckDB lets one process write the file at a time, so each
+transaction is atomic across processes).
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ import datetime as dt
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
@@ -32,14 +34,18 @@ from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SU
 from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import PartitionStats, SwapResult
+from backfill_assets.lib.warehouse.base import GateInputs, LeaseHolder, PartitionStats, SwapResult
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
     validate_ident,
 )
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 M = METADATA_SCHEMA
+_BUILD_VIEW = "__backfill_build"
 _WEEK_RE = re.compile(r"([0-9]{4})w([0-9]{2})", re.ASCII)
 
 
@@ -53,19 +59,15 @@ def _monday_of(week: str) -> dt.date:
 class DuckDBWarehouse:
     """Short-lived connections to one DuckDB file (DuckDB allows one writing process per file)."""
 
-    # Test seam for the fault suite (tests/reliability, docs/reliability.md): when set, it is
-    # called with a step name between the statements of a partition write, a swap and a
-    # rollback, inside their transaction, so a test can raise there (the transaction must roll
-    # back) or pause there (and SIGKILL the process). Nothing in the package sets it.
-    _fault: Callable[[str], None] | None = None
+    dialect = "duckdb"
 
     def __init__(self, path: str | Path, lock_timeout_s: float = 30.0):
         self.path = str(path)
         self.lock_timeout_s = lock_timeout_s
 
-    def _step(self, name: str) -> None:
-        if self._fault is not None:
-            self._fault(name)
+    @property
+    def location(self) -> str:
+        return self.path
 
     # -- connections -------------------------------------------------------------------------
 
@@ -123,12 +125,12 @@ class DuckDBWarehouse:
                 raise
             con.execute("COMMIT")
 
-    def execute(self, sql: str, params: Any = None) -> list[tuple]:
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Run one statement in its own transaction and fetch every row (for set-up and tests)."""
         with self.connect() as con:
             return con.execute(sql, params).fetchall()
 
-    def query(self, sql: str, params: Any = None) -> list[tuple]:
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Read-only query in a read-only connection."""
         with self.connect(read_only=True) as con:
             return con.execute(sql, params).fetchall()
@@ -190,6 +192,7 @@ class DuckDBWarehouse:
             "week VARCHAR, range_start DATE, range_end DATE, had_live BOOLEAN, state VARCHAR, "
             "changed_at TIMESTAMP)"
         )
+        self._ensure_meta(con)
         template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
         con.execute(f"CREATE TABLE IF NOT EXISTS {template} ({cols})")
@@ -200,6 +203,19 @@ class DuckDBWarehouse:
             ).fetchone()[0]  # type: ignore[index]
             if not exists:
                 self._recreate_view(con, spec, base)
+
+    def _ensure_meta(self, con: duckdb.DuckDBPyConnection) -> None:
+        """The coordination tables (writer lease, plan claims); no table spec needed."""
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.writer_lease (table_name VARCHAR PRIMARY KEY, "
+            "holder_id VARCHAR, role VARCHAR, job_name VARCHAR, plan_id VARCHAR, host VARCHAR, "
+            "pid BIGINT, claimed_at TIMESTAMP)"
+        )
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.plan_claims (table_name VARCHAR PRIMARY KEY, "
+            "plan_id VARCHAR, claimed_at TIMESTAMP)"
+        )
 
     def _recreate_view(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, base: str) -> None:
         cols = column_list(spec.column_names)
@@ -220,14 +236,16 @@ class DuckDBWarehouse:
         start: dt.date,
         end: dt.date,
         *,
+        build: str | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
-        build_sql: str | None = None,
     ) -> dict[dt.date, int]:
         """Replace the rows of days [start, end) with the build's output, in one transaction.
 
-        Live writes bump each partition's version; shadow writes record the live version they
-        were built against, so the swap can tell when the live partition changed since.
+        `build` is one SELECT over [$start, $end) or a DataFrame already checked against the
+        spec (`lib.frames.check_frame`). Live writes bump each partition's version; shadow
+        writes record the live version they were built against, so the swap can tell when the
+        live partition changed since.
         """
         # A partition key is parsed as a date before it reaches SQL: a malformed one used to fail
         # with a bare TypeError/AttributeError instead of saying what is wrong.
@@ -237,8 +255,10 @@ class DuckDBWarehouse:
         base = spec.shadow_name if shadow else spec.name
         pc = quote_ident(spec.partition_column)
         cols = column_list(spec.column_names)
-        sql = build_sql or spec.build_sql
+        source = f"({build})" if isinstance(build, str) else _BUILD_VIEW
         with self.transaction() as con:
+            if not isinstance(build, str):
+                con.register(_BUILD_VIEW, build)
             self._ensure(con, spec)
             existing = self._week_tables(con, base)
             created = False
@@ -249,13 +269,11 @@ class DuckDBWarehouse:
                     created = True
                 qt = quote_ident(table)
                 con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": w0, "e": w1})
-                self._step(f"deleted {table}")
                 con.execute(
-                    f"INSERT INTO {qt} ({cols}) SELECT {cols} FROM ({sql}) AS build "
+                    f"INSERT INTO {qt} ({cols}) SELECT {cols} FROM {source} AS build "
                     f"WHERE {pc} >= $start AND {pc} < $end",
                     {"start": w0, "end": w1},
                 )
-                self._step(f"inserted {table}")
             if created:
                 self._recreate_view(con, spec, base)
             counts = self._counts(con, base, spec, start, end)
@@ -339,7 +357,7 @@ class DuckDBWarehouse:
             ).fetchone()[0]  # type: ignore[index]
         )
 
-    def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> Any:
+    def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> GateInputs:
         """Everything a batch's gates need, in a few set-based queries (see duckdb_gates)."""
         from backfill_assets.lib.warehouse.duckdb_gates import gate_inputs
 
@@ -423,6 +441,13 @@ class DuckDBWarehouse:
                     f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
                     "to write this range again"
                 )
+            holder = self._active_plan(con, spec.name)
+            if holder != plan_id:
+                raise SwapRefused(
+                    f"plan {plan_id} does not hold {spec.name}"
+                    + (f" (plan {holder} does)" if holder else " (no plan does)")
+                    + "; approve it first, and only one plan per table at a time"
+                )
             self._check_versions(con, spec, plan_id, days)
             by_week: dict[str, list[dt.date]] = defaultdict(list)
             for d in days:
@@ -458,11 +483,9 @@ class DuckDBWarehouse:
                     )
                     backup = self._week_table(backup_base, r0)
                     con.execute(f"ALTER TABLE {lv} RENAME TO {quote_ident(backup)}")
-                    self._step(f"renamed {live[week]} to {backup}")
                 con.execute(
                     f"ALTER TABLE {sh} RENAME TO {quote_ident(self._week_table(spec.name, r0))}"
                 )
-                self._step(f"renamed {shadow[week]} to live")
                 con.execute(
                     f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
                     {
@@ -486,7 +509,6 @@ class DuckDBWarehouse:
                 self._bump_versions(con, spec, r0, r1, now)
             self._recreate_view(con, spec, spec.name)
             self._recreate_view(con, spec, spec.shadow_name)
-            self._step("swap before commit")
         return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
 
     def _check_versions(
@@ -535,6 +557,23 @@ class DuckDBWarehouse:
                 raise SwapRefused(
                     f"plan {plan_id} cannot be rolled back: its backup is {sorted(states)}"
                 )
+            later = con.execute(
+                f"SELECT DISTINCT o.plan_id FROM {M}.swap_log o JOIN {M}.swap_log m "
+                "ON o.table_name = m.table_name AND o.week = m.week "
+                "WHERE m.table_name = $t AND m.plan_id = $p AND o.plan_id <> $p "
+                "AND o.changed_at >= m.changed_at AND o.state IN ('swapped', 'released') "
+                "ORDER BY 1",
+                {"t": spec.name, "p": plan_id},
+            ).fetchall()
+            if later:
+                # Restoring this backup would undo the later swap's rows and bring back rows
+                # the later plan replaced: the target would match neither state.
+                others = ", ".join(r[0] for r in later)
+                raise SwapRefused(
+                    f"plan {plan_id} cannot be rolled back: plan {others} swapped the same weeks "
+                    f"of {spec.name} after it; roll that plan back first (rollbacks go in reverse "
+                    "swap order)"
+                )
             live = self._week_tables(con, spec.name)
             backup = self._week_tables(con, self._backup_base(spec, plan_id))
             pc = quote_ident(spec.partition_column)
@@ -563,7 +602,6 @@ class DuckDBWarehouse:
                         f"ALTER TABLE {bk} RENAME TO "
                         f"{quote_ident(self._week_table(spec.name, _monday_of(week)))}"
                     )
-                    self._step(f"restored {backup[week]}")
                 else:
                     ins = {}
                     if cur:
@@ -585,8 +623,173 @@ class DuckDBWarehouse:
                 "WHERE table_name=$t AND plan_id=$p",
                 {"t": spec.name, "p": plan_id, "now": now},
             )
+            self._free_plan(con, spec.name, plan_id)
             self._recreate_view(con, spec, spec.name)
         return SwapResult(plan_id, "rolled_back", result, len(log), time.perf_counter() - t0)
+
+    # -- coordination: the writer lease and the plan that holds each table ---------------------
+
+    def _lease_row(self, con: duckdb.DuckDBPyConnection, table: str) -> LeaseHolder | None:
+        row = con.execute(
+            f"SELECT holder_id, role, job_name, plan_id, host, pid, claimed_at "
+            f"FROM {M}.writer_lease WHERE table_name = $t AND holder_id IS NOT NULL",
+            {"t": table},
+        ).fetchone()
+        if row is None:
+            return None
+        return LeaseHolder(row[0], row[1] or "", row[2] or "", row[3] or "", row[4] or "",
+                           int(row[5] or 0), row[6])  # fmt: skip
+
+    def claim_writer(
+        self, table: str, holder: LeaseHolder, *, takeover: str | None = None
+    ) -> LeaseHolder:
+        """Take `table`'s writer lease if it is free, already ours, or held by `takeover` (a
+        holder the caller found dead); return whoever holds it afterwards."""
+        validate_ident(table, "table name")
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            current = self._lease_row(con, table)
+            if current is not None and current.holder_id not in (holder.holder_id, takeover):
+                return current
+            con.execute(
+                f"INSERT OR REPLACE INTO {M}.writer_lease VALUES ($t, $h, $r, $j, $p, $host, "
+                "$pid, $at)",
+                {
+                    "t": table,
+                    "h": holder.holder_id,
+                    "r": holder.role,
+                    "j": holder.job_name,
+                    "p": holder.plan_id,
+                    "host": holder.host,
+                    "pid": holder.pid,
+                    "at": current.claimed_at
+                    if current is not None and current.holder_id == holder.holder_id
+                    else now,
+                },
+            )
+            return self._lease_row(con, table) or holder
+
+    def release_writer(self, table: str, holder_id: str) -> bool:
+        """Free `table`'s writer lease if `holder_id` holds it; True if it did."""
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            done = con.execute(
+                f"DELETE FROM {M}.writer_lease WHERE table_name = $t AND holder_id = $h "
+                "RETURNING 1",
+                {"t": table, "h": holder_id},
+            ).fetchall()
+        return bool(done)
+
+    def writer(self, table: str) -> LeaseHolder | None:
+        """Who holds `table`'s writer lease, if anyone."""
+        try:
+            with self.connect(read_only=True) as con:
+                if not self._has_table(con, M, "writer_lease"):
+                    return None
+                return self._lease_row(con, table)
+        except WarehouseMissing:
+            return None
+
+    def _active_plan(self, con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+        self._ensure_meta(con)
+        row = con.execute(
+            f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = $t AND plan_id IS NOT NULL",
+            {"t": table},
+        ).fetchone()
+        return row[0] if row else None
+
+    def claim_plan(self, table: str, plan_id: str) -> str:
+        """Make `plan_id` the plan that holds `table`, if none does (compare-and-set); return
+        the plan that holds it afterwards. Approvals racing for one table: exactly one wins."""
+        validate_ident(table, "table name")
+        with self.transaction() as con:
+            holder = self._active_plan(con, table)
+            if holder is None:
+                con.execute(
+                    f"INSERT OR REPLACE INTO {M}.plan_claims VALUES ($t, $p, $at)",
+                    {"t": table, "p": plan_id, "at": dt.datetime.now(dt.UTC).replace(tzinfo=None)},
+                )
+                return plan_id
+            return holder
+
+    def release_plan(self, table: str, plan_id: str) -> bool:
+        """Free `table` if `plan_id` holds it (rolled back, released or abandoned)."""
+        with self.transaction() as con:
+            return self._free_plan(con, table, plan_id)
+
+    def _free_plan(self, con: duckdb.DuckDBPyConnection, table: str, plan_id: str) -> bool:
+        self._ensure_meta(con)
+        done = con.execute(
+            f"DELETE FROM {M}.plan_claims WHERE table_name = $t AND plan_id = $p RETURNING 1",
+            {"t": table, "p": plan_id},
+        ).fetchall()
+        return bool(done)
+
+    def active_plan(self, table: str) -> str | None:
+        try:
+            with self.connect(read_only=True) as con:
+                if not self._has_table(con, M, "plan_claims"):
+                    return None
+                row = con.execute(
+                    f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = $t",
+                    {"t": table},
+                ).fetchone()
+        except WarehouseMissing:
+            return None
+        return row[0] if row else None
+
+    def _has_table(self, con: duckdb.DuckDBPyConnection, schema: str, name: str) -> bool:
+        return bool(
+            con.execute(
+                "SELECT count(*) FROM duckdb_tables() WHERE schema_name = $s AND table_name = $n",
+                {"s": schema, "n": name},
+            ).fetchone()[0]  # type: ignore[index]
+        )
+
+    # -- plain tables: sources and reference data (not backfillable, no shadow) ----------------
+
+    def replace_plain_partitions(
+        self,
+        table: str,
+        columns: list[tuple[str, str]],
+        partition_column: str,
+        select_sql: str,
+        start: dt.date,
+        end: dt.date,
+        params: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Replace days [start, end) of a plain table (e.g. a landed source) atomically; the
+        SELECT is run once per day with `$day` bound."""
+        qt, pc = quote_ident(table), quote_ident(partition_column)
+        ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+        names = column_list([n for n, _ in columns])
+        with self.transaction() as con:
+            con.execute(f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
+            con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end})
+            for i in range((end - start).days):
+                day = start + dt.timedelta(days=i)
+                con.execute(
+                    f"INSERT INTO {qt} ({names}) SELECT {names} FROM ({select_sql}) AS src",
+                    {**(params or {}), "day": day},
+                )
+            row = con.execute(
+                f"SELECT count(*) FROM {qt} WHERE {pc} >= $s AND {pc} < $e",
+                {"s": start, "e": end},
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def replace_reference_table(
+        self, table: str, columns: list[tuple[str, str]], rows: list[tuple]
+    ) -> None:
+        """Replace a small reference table (e.g. FX rates) in one transaction."""
+        qt = quote_ident(table)
+        ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
+        marks = ", ".join("?" for _ in columns)
+        with self.transaction() as con:
+            con.execute(f"CREATE OR REPLACE TABLE {qt} ({ddl})")
+            if rows:
+                con.executemany(f"INSERT INTO {qt} VALUES ({marks})", rows)
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:
         """Drop a swapped plan's backup weeks; after this the plan can no longer roll back."""
@@ -603,6 +806,7 @@ class DuckDBWarehouse:
             backup = self._week_tables(con, self._backup_base(spec, plan_id))
             for name in backup.values():
                 con.execute(f"DROP TABLE {quote_ident(name)}")
+            self._free_plan(con, spec.name, plan_id)
             if state == "swapped":
                 con.execute(
                     f"UPDATE {M}.swap_log SET state='released', changed_at=$now "
@@ -617,10 +821,13 @@ class DuckDBWarehouse:
             con.execute("CHECKPOINT")
         return len(backup)
 
-    def drop_shadow(self, spec: TableSpec) -> int:
-        """Drop every shadow week (an abandoned plan) and its build log."""
+    def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int:
+        """Drop every shadow week and its build log; with `plan_id` (an abandoned plan), free
+        the table from that plan in the same transaction."""
         with self.transaction() as con:
             self._ensure(con, spec)
+            if plan_id is not None:
+                self._free_plan(con, spec.name, plan_id)
             tables = self._week_tables(con, spec.shadow_name)
             for name in tables.values():
                 con.execute(f"DROP TABLE {quote_ident(name)}")
@@ -650,45 +857,3 @@ def _runs(days: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
 
 def _fmt_days(days: list[str]) -> str:
     return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
-
-
-def load_plain_partitions(
-    wh: DuckDBWarehouse,
-    table: str,
-    columns: list[tuple[str, str]],
-    partition_column: str,
-    select_sql: str,
-    start: dt.date,
-    end: dt.date,
-    params: dict[str, Any] | None = None,
-) -> int:
-    """Replace days [start, end) of a plain (unswapped) table, e.g. a landed source, atomically."""
-    qt, pc = quote_ident(table), quote_ident(partition_column)
-    ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
-    names = column_list([n for n, _ in columns])
-    with wh.transaction() as con:
-        con.execute(f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
-        con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end})
-        for i in range((end - start).days):
-            day = start + dt.timedelta(days=i)
-            con.execute(
-                f"INSERT INTO {qt} ({names}) SELECT {names} FROM ({select_sql}) AS src",
-                {**(params or {}), "day": day},
-            )
-        row = con.execute(
-            f"SELECT count(*) FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end}
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def replace_table(
-    wh: DuckDBWarehouse, table: str, columns: list[tuple[str, str]], rows: list[tuple]
-) -> None:
-    """Replace a small reference table (e.g. FX rates) in one transaction."""
-    qt = quote_ident(table)
-    ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
-    marks = ", ".join("?" for _ in columns)
-    with wh.transaction() as con:
-        con.execute(f"CREATE OR REPLACE TABLE {qt} ({ddl})")
-        if rows:
-            con.executemany(f"INSERT INTO {qt} VALUES ({marks})", rows)

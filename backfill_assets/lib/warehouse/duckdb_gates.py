@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import SampleDiff
+from backfill_assets.lib.warehouse.base import GateInputs, SampleDiff
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
@@ -23,18 +23,6 @@ from backfill_assets.lib.warehouse.identifiers import (
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
 MAX_ROWS_SHOWN = 20
-
-
-@dataclass(frozen=True)
-class GateInputs:
-    """Per partition of [start, end): counts, duplicates, invariant violations, sample diff."""
-
-    shadow_rows: dict[dt.date, int]
-    target_rows: dict[dt.date, int]
-    source_rows: dict[dt.date, int] | None
-    duplicates: dict[dt.date, int]
-    invariants: dict[dt.date, dict[str, int]]
-    samples: dict[dt.date, SampleDiff]
 
 
 def gate_inputs(
@@ -46,8 +34,8 @@ def gate_inputs(
     plan_id: str,
     sample_size: int,
     unchanged: tuple[str, ...],
-    changed_predicates: dict[str, str],
-    invariants: dict[str, str],
+    changed_predicates: Mapping[str, str],
+    invariants: Mapping[str, str],
     full_compare: bool,
 ) -> GateInputs:
     cols = spec.column_names

@@ -25,7 +25,7 @@ from backfill_assets.errors import InvalidInput
 
 HINT = 'a predicate is one expression over the row, e.g. "net_amount >= 0"'
 
-_ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
+_ALLOWED_NODES: tuple[type[exp.Expr], ...] = (
     exp.Column,
     exp.Identifier,
     exp.Literal,
@@ -105,7 +105,7 @@ def _refuse(predicate: str, why: str) -> InvalidInput:
 
 
 @lru_cache(maxsize=512)
-def _parse(predicate: str, columns: frozenset[str]) -> exp.Expression:
+def _parse(predicate: str, columns: frozenset[str]) -> exp.Expr:
     if "--" in predicate or "/*" in predicate or ";" in predicate:
         raise InvalidInput(f"predicate {predicate!r} contains a comment or ';'; {HINT}")
     try:
@@ -178,7 +178,7 @@ def render_predicate(predicate: str, columns: Iterable[str], dialect: str = "duc
     declared = {c.lower(): c for c in columns}
     tree = _parse(predicate, frozenset(declared))
 
-    def quoted(node: exp.Expression) -> exp.Expression:
+    def quoted(node: exp.Expr) -> exp.Expr:
         # Columns as declared and quoted: an unquoted name would be case-folded by Postgres.
         if isinstance(node, exp.Column):
             return exp.column(declared[node.name.lower()], quoted=True)

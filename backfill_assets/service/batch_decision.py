@@ -1,8 +1,8 @@
 """The batch driver's decision: launch the next batch of a plan now, or say why not.
 
 `next_action` is pure: the plan, the clock and plain facts about runs go in, a `Decision` comes
-out. The sensor in `defs/driver.py` gathers the facts from the Dagster instance (never the
-warehouse) and turns a decision into a `RunRequest`; tests drive it with a controlled clock.
+out. `service.batch_driver` gathers the facts from the Dagster instance (never the warehouse) and
+turns a decision into a `RunRequest`; tests drive it with a controlled clock.
 
 Rules, in the order they are checked (the first that applies is the reason given):
 
@@ -17,7 +17,9 @@ Rules, in the order they are checked (the first that applies is the reason given
 7. the batch's estimated duration fits before the window closes and before the next daily slot.
 
 Times in plans are local wall-clock times; every instant computed here is real (UTC) time, so a
-window on a DST day is as long as it really is.
+window on a DST day is as long as it really is. The daily run's slot is computed every day in the
+daily job's own timezone: when the plan's zone and the daily job's differ, a DST change in either
+never shifts the real slot.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ from backfill_assets.lib.planning.windows import (
     occurrences,
     parse_window,
     resolve_local,
+    seconds_of_day,
 )
+from backfill_assets.lib.states import BatchState
 from backfill_assets.service.executor import in_window
 
-# States of one batch, as the sensor reads them from the instance.
-PASSED = "passed"  # every gate of every partition passed, on shadow data this plan wrote
-PENDING = "pending"  # not run yet, or its failure was acknowledged by starting the plan again
-FAILED_GATES = "failed gates"  # its latest run failed a gate: the plan is halted
-FAILED_RUN = "failed run"  # its latest run failed (or was canceled) before its gates passed
+PASSED = BatchState.PASSED
+PENDING = BatchState.PENDING
+FAILED_GATES = BatchState.FAILED_GATES
+FAILED_RUN = BatchState.FAILED_RUN
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ def next_action(
     plan: BackfillPlan,
     now: dt.datetime,
     *,
-    batch_states: Mapping[int, str],
+    batch_states: Mapping[int, BatchState],
     active_runs: Sequence[RunFact],
     daily_runs: Sequence[RunFact],
     failed_attempts: Mapping[int, int],
@@ -157,7 +160,7 @@ def next_action(
     slot, slot_tz = daily_slot(plan)
     if occurrence_at(slot, slot_tz, now) is not None:
         return skip(
-            f"inside the daily run's slot {slot.label} {plan.contention.timezone} (now "
+            f"inside the daily run's slot {slot.label} {slot_tz.key} (now "
             f"{now.astimezone(slot_tz):%H:%M})"
         )
     if daily_runs:
@@ -178,7 +181,7 @@ def next_action(
     if need > left_before_daily:
         return skip(
             f"batch {batch.index} needs {need:.0f} s but the daily run's slot {slot.label} "
-            f"{plan.contention.timezone} starts in {left_before_daily:.0f} s"
+            f"{slot_tz.key} starts in {left_before_daily:.0f} s"
         )
     attempt = failed_attempts.get(batch.index, 0) + 1
     return Decision(
@@ -209,7 +212,7 @@ def _while_running(
             return Decision(
                 None,
                 prefix + f"overrun: {run.label} was still running when the daily "
-                f"run's slot {slot.label} {plan.contention.timezone} started{waiting}; the "
+                f"run's slot {slot.label} {slot_tz.key} started{waiting}; the "
                 f"next batch is held until the window opening {_at(reopens, tz)}",
                 overrun=True,
                 hold_until=reopens,
@@ -220,9 +223,22 @@ def _while_running(
 
 
 def daily_slot(plan: BackfillPlan) -> tuple[TimeWindow, ZoneInfo]:
-    """The daily run's slot as a daily window (local HH:MM in the contention timezone)."""
+    """The daily run's slot as a daily window in the daily job's own timezone: [expected start
+    - margin, expected start + duration + margin] on its clock, whatever the plan's zone.
+
+    Plans written before `daily_timezone` existed keep the slot as shown (plan's timezone).
+    """
     c = plan.contention
-    return parse_window(f"{c.daily_slot_start}-{c.daily_slot_end}"), ZoneInfo(c.timezone)
+    if c.daily_timezone is None:
+        return parse_window(f"{c.daily_slot_start}-{c.daily_slot_end}"), ZoneInfo(c.timezone)
+    begin = seconds_of_day(dt.time.fromisoformat(c.daily_expected_start)) - c.margin_seconds
+    end = begin + c.daily_duration_seconds + 2 * c.margin_seconds
+    return TimeWindow(_clock(begin), _clock(end, round_up=True)), ZoneInfo(c.daily_timezone)
+
+
+def _clock(seconds: float, *, round_up: bool = False) -> dt.time:
+    total = int(-(-seconds // 60) if round_up else seconds // 60) % (24 * 60)
+    return dt.time(total // 60, total % 60)
 
 
 def occurrence_at(

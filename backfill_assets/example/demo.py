@@ -11,7 +11,8 @@
    exact pre-swap checksum coming back.
 
 The demo resets its own state first: the warehouse file and the Dagster instance under the
-project's DAGSTER_HOME.
+project's DAGSTER_HOME. The reset can be run any number of times: it also repairs what a wipe of
+the instance leaves behind (see service.doctor).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from backfill_assets.cli import QUIET, _runs_output_to_log
+from backfill_assets.constants import ROLE_SWAP, rollback_job, swap_job, swap_run_config
 from backfill_assets.errors import GateFailed
 
 SECTION = "=" * 78
@@ -60,17 +62,23 @@ def _revenue(wh: Any, start: dt.date, end_inclusive: dt.date) -> float:
     )
 
 
-def _swap(defs: Any, instance: Any, plan: Any, kind: str) -> Any:
-    from backfill_assets.service.runs import run_job
+def _swap(defs: Any, instance: Any, wh: Any, table: Any, plan: Any, kind: str) -> Any:
+    from backfill_assets.service.runs import run_as_writer
 
+    job = swap_job(plan.target) if kind == ROLE_SWAP else rollback_job(plan.target)
     with _runs_output_to_log():
-        return run_job(
+        return run_as_writer(
             defs,
-            f"{plan.target}__{kind}_job",
+            job,
             instance,
+            wh,
+            table,
+            role=kind,
+            plan_id=plan.plan_id,
+            wait_s=30,
             raise_on_error=False,
             log_level=QUIET,
-            run_config={"ops": {f"{plan.target}__{kind}": {"config": {"plan_id": plan.plan_id}}}},
+            run_config=swap_run_config(plan.target, kind, plan.plan_id),
         )
 
 
@@ -85,16 +93,19 @@ def _window_for(now: dt.datetime) -> tuple[str, bool]:
 def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
     import dagster as dg
 
-    from backfill_assets.definitions import BACKFILLABLE_TABLES, defs
+    from backfill_assets.example.definitions import example_definitions
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.planning.markdown import render_markdown
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.service.doctor import diagnose
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.refresh import refresh_downstream
     from backfill_assets.service.status import plan_status, render_status
-    from backfill_assets.service.swap import refresh_downstream, release_backup
+    from backfill_assets.service.swap import release_backup
+    from backfill_assets.service.tables import backfill_tables
 
     if days < 100:
         say("refused: the demo needs --days >= 100 (a 90-day backfill plus recent days)")
@@ -105,8 +116,13 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
         p.unlink(missing_ok=True)
     instance = dg.DagsterInstance.get()
     instance.wipe()
+    # A wipe leaves pools with a limit and no slots (steps in them would wait forever), and
+    # runs of an earlier demo killed half-way: repair both so the demo runs again and again.
+    diagnose(instance, None, {}, repair=True)
     wh = DuckDBWarehouse(wh_path)
-    table = BACKFILLABLE_TABLES["orders_daily"]
+    defs = example_definitions()
+    tables = backfill_tables(defs)
+    table = tables["orders_daily"]
     now = dt.datetime.now(dt.UTC)
     yesterday = now.date() - dt.timedelta(days=1)
     first = yesterday - dt.timedelta(days=days - 1)
@@ -118,7 +134,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
     t0 = time.perf_counter()
     with _runs_output_to_log():
         land_days(defs, instance, first, yesterday, rows_per_day)
-        build_history(defs, instance, first, yesterday, logic_version="1")
+        build_history(defs, instance, wh, first, yesterday, logic="1")
     rows = wh.query("select count(*) from orders_daily")[0][0]
     say(
         f"[history] {days} days {first}..{yesterday} landed and built with logic v1 "
@@ -137,7 +153,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
         plan = plan_backfill(
             req,
             asset_graph=defs.resolve_asset_graph(),
-            tables=BACKFILLABLE_TABLES,
+            tables=tables,
             instance=instance,
             warehouse=wh,
             now=now,
@@ -145,7 +161,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
         out = wh_path.parent / f"plan_{plan.plan_id}"
         Path(f"{out}.json").write_text(plan.to_json() + "\n")
         Path(f"{out}.md").write_text(render_markdown(plan) + "\n")
-        approve_plan(instance, plan, "demo")
+        approve_plan(instance, wh, table, plan, "demo")
         say(
             f"[plan] {plan.plan_id}: {plan.start}..{plan.end}, {len(plan.partitions)} partitions"
             f", {len(plan.batches)} weekly batches in window {window} UTC (daily run "
@@ -171,7 +187,8 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             execute_plan(
                 defs,
                 instance,
-                BACKFILLABLE_TABLES,
+                wh,
+                tables,
                 plan.plan_id,
                 clock=clock,
                 ignore_window=ignore_window,
@@ -191,7 +208,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
         t = time.perf_counter()
         run(plan)
         say(f"[run] every batch passed its gates ({time.perf_counter() - t:.1f}s)")
-        result = _swap(defs, instance, plan, "swap")
+        result = _swap(defs, instance, wh, table, plan, "swap")
         if not result.success:
             say("[swap] FAILED — see the log")
             return 1
@@ -200,7 +217,9 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             "(old weeks kept as backup)"
         )
         with _runs_output_to_log():
-            refreshed = refresh_downstream(defs, instance, plan, log_level=QUIET)
+            refreshed = refresh_downstream(
+                defs, instance, wh, table, plan, wait_s=30, log_level=QUIET
+            )
         for req, ok in refreshed:
             rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
             say(f"[refresh] {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
@@ -214,7 +233,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
         if wrong_after:
             status = 1
         with _runs_output_to_log():
-            release_backup(instance, table, wh, plan.plan_id)
+            release_backup(instance, tables, wh, plan.plan_id)
         say(f"[release] backup of {plan.plan_id} released (the target is free for a new plan)")
 
     if scenario in ("corruption", "all"):
@@ -243,9 +262,9 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             say(f"[halted] {first_line}")
             for line in rest[:4]:
                 say(f"   {line.strip()}")
-        st = plan_status(instance, BACKFILLABLE_TABLES, wh, plan.plan_id)
+        st = plan_status(instance, tables, wh, plan.plan_id)
         say("[status]\n" + "\n".join("   " + ln for ln in render_status(st).splitlines()))
-        result = _swap(defs, instance, plan, "swap")
+        result = _swap(defs, instance, wh, table, plan, "swap")
         say(
             f"[swap] {'REFUSED' if not result.success else 'UNEXPECTEDLY SUCCEEDED'}: "
             + _refusal(result)
@@ -258,10 +277,10 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             land_days(defs, instance, bad_day, bad_day, rows_per_day)
         say(f"[fix] {bad_day} re-landed from the source of truth; running the plan again")
         run(plan)
-        result = _swap(defs, instance, plan, "swap")
+        result = _swap(defs, instance, wh, table, plan, "swap")
         say(f"[swap] {'done' if result.success else 'FAILED'}")
         swapped = _checksum(wh, spec, plan.start, plan.end)
-        result = _swap(defs, instance, plan, "rollback")
+        result = _swap(defs, instance, wh, table, plan, "rollback")
         restored = _checksum(wh, spec, plan.start, plan.end)
         say(
             f"[rollback] {'done' if result.success else 'FAILED'}: checksum {swapped} -> "
@@ -278,9 +297,10 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
 
 
 def _refusal(result: Any) -> str:
-    from backfill_assets.cli import _run_error
+    from backfill_assets.service.executor import run_error
 
-    return _run_error(result) or "see the run in the UI"
+    error = run_error(result)
+    return error[1] if error else "see the run in the UI"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,622 @@
+"""`backfill-assets`: plan, approve, run, start, pause, status, list, swap, rollback, release,
+abandon and doctor, on any code location.
+
+Thin: parse arguments, load the code location and the instance, call service/. The tables come
+from the loaded definitions (their target assets carry them), the warehouse from its
+`backfill_warehouse` resource, and every command finds its table from the plan or the target.
+
+Exit codes: 0 done; 1 a gate failed and the plan is halted; 2 refused or invalid input (nothing
+was written); 3 the swap or rollback is done but the downstream refresh failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from backfill_assets.errors import BackfillError, GateFailed, InvalidInput
+
+if TYPE_CHECKING:
+    import dagster as dg
+
+    from backfill_assets.lib.table import BackfillableTable
+    from backfill_assets.lib.warehouse.base import Warehouse
+
+QUIET = "WARNING"
+EXIT_OK, EXIT_HALTED, EXIT_REFUSED, EXIT_REFRESH_FAILED = 0, 1, 2, 3
+EXIT_CODES = (
+    "exit codes: 0 done; 1 a gate failed and the plan is halted; 2 refused or invalid input "
+    "(nothing written); 3 swapped (or rolled back) but the downstream refresh failed"
+)
+MAX_INPUT_BYTES = 8 * 1024 * 1024
+
+
+@dataclass
+class Context:
+    """What every command works with: the code location, its tables, instance, warehouse."""
+
+    defs: dg.Definitions
+    tables: dict[str, BackfillableTable]
+    instance: dg.DagsterInstance
+    wh: Warehouse
+    wait_s: float
+
+
+def _context(a: argparse.Namespace) -> Context:
+    import dagster as dg
+
+    from backfill_assets.cli.location import load_definitions, resolve_spec
+    from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
+    from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
+    from backfill_assets.service.tables import backfill_tables
+
+    if not os.environ.get("DAGSTER_HOME"):
+        raise BackfillError(
+            "DAGSTER_HOME is not set: point it at the folder of the Dagster instance your "
+            "deployment uses (the one with dagster.yaml)"
+        )
+    spec = resolve_spec(
+        module=a.module_name,
+        file=a.python_file,
+        workspace=a.workspace,
+        attribute=a.attribute,
+        location=a.location,
+        cwd=Path.cwd(),
+    )
+    defs = load_definitions(spec)
+    tables = backfill_tables(defs)
+    if not tables:
+        raise BackfillError(
+            f"{spec.describe()} declares no backfillable table; merge "
+            "backfill_definitions([...]) into its Definitions"
+        )
+    resource = (defs.resources or {}).get(WAREHOUSE_RESOURCE_KEY)
+    if resource is None:
+        raise BackfillError(f"{spec.describe()} has no {WAREHOUSE_RESOURCE_KEY} resource")
+    wait_s = lock_timeout_from(os.environ.get(LOCK_TIMEOUT_ENV))
+    try:
+        wh = resource.process_config_and_initialize().adapter()
+    except dg.DagsterInvalidConfigError as e:
+        raise BackfillError(
+            f"the {WAREHOUSE_RESOURCE_KEY} resource is misconfigured: {e}"
+        ) from None
+    return Context(defs, tables, dg.DagsterInstance.get(), wh, wait_s)
+
+
+@contextlib.contextmanager
+def _runs_output_to_log() -> Iterator[Path]:
+    """dbt and Dagster print a lot while runs execute; keep it in a log file, not the terminal.
+
+    Progress lines are printed by the callers outside this block (or to the saved streams).
+    """
+    log = Path(os.environ["DAGSTER_HOME"]) / "logs" / "backfill-assets-cli.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        open(log, "a", encoding="utf8") as fh,
+        contextlib.redirect_stdout(fh),
+        contextlib.redirect_stderr(fh),
+    ):
+        yield log
+
+
+def read_input_file(path: str, what: str) -> bytes:
+    """The bytes of a user's input file, refused clearly when missing, a folder, or huge."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInput(f"{what} {path} does not exist (or is not a file)")
+    if p.stat().st_size > MAX_INPUT_BYTES:
+        raise InvalidInput(
+            f"{what} {path} is {p.stat().st_size:,} bytes; that is not a {what} (at most "
+            f"{MAX_INPUT_BYTES:,})"
+        )
+    return p.read_bytes()
+
+
+def _read_plan(path: str) -> Any:
+    from backfill_assets.lib.planning.plan import BackfillPlan
+
+    return BackfillPlan.from_json(read_input_file(path, "plan file"))
+
+
+def _plan_id_arg(value: str) -> str:
+    """Accept a plan id or a plan file; a file must pass the plan's integrity check."""
+    from backfill_assets.lib.planning.plan import verify_integrity
+
+    p = Path(value)
+    if p.suffix == ".json" or p.exists():
+        plan = _read_plan(value)
+        # A hand-edited file was read for its id only, so `run edited.json` ran the stored plan
+        # as if the edits did not exist; refuse it as `approve` does.
+        verify_integrity(plan)
+        return plan.plan_id
+    return value
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _who(a: argparse.Namespace) -> str:
+    return getattr(a, "by", None) or os.environ.get("USER", "unknown")
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def cmd_plan(a: argparse.Namespace) -> int:
+    from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.lib.planning.criteria import Criteria, load_criteria_yaml
+    from backfill_assets.lib.planning.markdown import render_markdown
+    from backfill_assets.service.planner import plan_backfill
+
+    c = _context(a)
+    criteria = None
+    if a.criteria:
+        text = read_input_file(a.criteria, "criteria file")
+        base = c.tables[a.target].criteria if a.target in c.tables else Criteria()
+        criteria = load_criteria_yaml(text, base)
+    request = PlanRequest(
+        target=a.target,
+        start=a.start,
+        end=a.end,
+        window=a.window,
+        timezone=a.timezone,
+        rollback=a.rollback,
+        criteria=criteria,
+    )
+    plan = plan_backfill(
+        request,
+        asset_graph=c.defs.resolve_asset_graph(),
+        tables=c.tables,
+        instance=c.instance,
+        warehouse=c.wh,
+        now=_now(),
+    )
+    text = plan.to_json() if a.format == "json" else render_markdown(plan)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+        print(
+            f"plan {plan.plan_id}: {len(plan.batches)} batches, {len(plan.partitions)} "
+            f"partitions -> {a.out}",
+            file=sys.stderr,
+        )
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def cmd_approve(a: argparse.Namespace) -> int:
+    from backfill_assets.service.plans import approve_plan, load_plan
+    from backfill_assets.service.tables import table_for
+
+    p = Path(a.plan)
+    if p.suffix == ".json" or p.exists():
+        plan = _read_plan(a.plan)
+        c = _context(a)
+    else:
+        c = _context(a)
+        plan, _ = load_plan(c.instance, a.plan, allow_proposed=True)
+    table = table_for(c.tables, plan.target, what=f"plan {plan.plan_id}'s target")
+    status = approve_plan(c.instance, c.wh, table, plan, _who(a))
+    print(
+        f"plan {plan.plan_id} {status}: {plan.target} {plan.start}..{plan.end}, "
+        f"{len(plan.batches)} batches. Next: backfill-assets run {plan.plan_id} (or start it "
+        "for the daemon's batch driver)"
+    )
+    return EXIT_OK
+
+
+def _bar(done: int, total: int, width: int = 24) -> str:
+    filled = round(width * done / total) if total else width
+    return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from backfill_assets.service.executor import execute_plan
+
+    c = _context(a)
+    plan_id = _plan_id_arg(a.plan)
+    done = 0
+    err = sys.stderr
+
+    def progress(report: Any, total: int) -> None:
+        nonlocal done
+        done += 1
+        print(
+            f"{_bar(done, total)} batch {report.index} {report.start}..{report.end}: "
+            f"{report.status}" + (f" in {report.seconds:.1f}s" if report.seconds else ""),
+            file=err,
+            flush=True,
+        )
+
+    with _runs_output_to_log():
+        reports = execute_plan(
+            c.defs,
+            c.instance,
+            c.wh,
+            c.tables,
+            plan_id,
+            clock=_now,
+            ignore_window=a.ignore_window,
+            progress=progress,
+            max_batches=a.batches,
+            log_level=QUIET,
+            wait_s=c.wait_s,
+        )
+    ran = sum(r.status == "passed" for r in reports)
+    print(
+        f"plan {plan_id}: {ran} batches ran and passed, "
+        f"{sum(r.status.startswith('skipped') for r in reports)} already passed. "
+        f"Next: backfill-assets swap {plan_id}"
+    )
+    return EXIT_OK
+
+
+def cmd_start(a: argparse.Namespace) -> int:
+    from backfill_assets.service.batch_driver import start_plan
+
+    c = _context(a)
+    print(start_plan(c.instance, _plan_id_arg(a.plan), _who(a), _now()))
+    return EXIT_OK
+
+
+def cmd_pause(a: argparse.Namespace) -> int:
+    from backfill_assets.service.batch_driver import pause_plan
+
+    c = _context(a)
+    print(pause_plan(c.instance, _plan_id_arg(a.plan), _who(a)))
+    return EXIT_OK
+
+
+def cmd_status(a: argparse.Namespace) -> int:
+    import json
+
+    from backfill_assets.service.status import plan_status, render_status
+
+    c = _context(a)
+    status = plan_status(c.instance, c.tables, c.wh, _plan_id_arg(a.plan))
+    print(
+        json.dumps(status, indent=2, default=str) if a.format == "json" else render_status(status)
+    )
+    return EXIT_OK
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    import json
+
+    from backfill_assets.service.plans import plan_statuses
+
+    c = _context(a)
+    rows = [
+        {"plan_id": pid, "target": target, "status": str(status)}
+        for pid, (target, status) in sorted(plan_statuses(c.instance).items())
+        if a.target is None or target == a.target
+    ]
+    if a.format == "json":
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print("no plans in this instance")
+    else:
+        for r in rows:
+            print(f"{r['plan_id']}  {r['target']:<30} {r['status']}")
+    return EXIT_OK
+
+
+def _swap_like(a: argparse.Namespace, kind: str) -> int:
+    from backfill_assets.constants import rollback_job, swap_job, swap_run_config
+    from backfill_assets.service.executor import refuse_unless_local, run_error
+    from backfill_assets.service.plans import load_plan
+    from backfill_assets.service.refresh import refresh_downstream
+    from backfill_assets.service.runs import run_as_writer
+    from backfill_assets.service.tables import table_for
+
+    c = _context(a)
+    plan_id = _plan_id_arg(a.plan)
+    plan, _ = load_plan(c.instance, plan_id)
+    table = table_for(c.tables, plan.target, what=f"plan {plan_id}'s target")
+    refuse_unless_local(c.instance, f"backfill-assets {kind}")
+    job = swap_job(plan.target) if kind == "swap" else rollback_job(plan.target)
+    with _runs_output_to_log() as log:
+        result = run_as_writer(
+            c.defs,
+            job,
+            c.instance,
+            c.wh,
+            table,
+            role=kind,
+            plan_id=plan_id,
+            wait_s=c.wait_s,
+            raise_on_error=False,
+            log_level=QUIET,
+            run_config=swap_run_config(plan.target, kind, plan_id),
+        )
+    if not result.success:
+        error = run_error(result)
+        raise BackfillError(error[1] if error else f"{kind} failed; see {log}")
+    mats = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    print(
+        f"{kind} of plan {plan_id}: {len(mats)} partitions of {plan.target} "
+        f"(run {result.run_id[:8]})"
+    )
+    if a.no_refresh:
+        stale = ", ".join(i.asset_key for i in plan.impact)
+        print(
+            f"downstream NOT refreshed (--no-refresh): {stale} are stale for "
+            f"{plan.start}..{plan.end}"
+        )
+        return EXIT_OK
+    with _runs_output_to_log():
+        refreshed = refresh_downstream(
+            c.defs, c.instance, c.wh, table, plan, wait_s=c.wait_s, log_level=QUIET
+        )
+    for req, ok in refreshed:
+        rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
+        print(f"  refreshed {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
+    if all(ok for _, ok in refreshed):
+        return EXIT_OK
+    print(
+        f"{kind} done, but the downstream refresh failed: the marts above marked FAILED are stale "
+        f"for {plan.start}..{plan.end}; fix the cause and re-run them",
+        file=sys.stderr,
+    )
+    return EXIT_REFRESH_FAILED
+
+
+def cmd_swap(a: argparse.Namespace) -> int:
+    return _swap_like(a, "swap")
+
+
+def cmd_rollback(a: argparse.Namespace) -> int:
+    return _swap_like(a, "rollback")
+
+
+def cmd_release(a: argparse.Namespace) -> int:
+    from backfill_assets.service.lease import holder_for_command, writer_lease
+    from backfill_assets.service.swap import release_backup
+
+    c = _context(a)
+    plan_id = _plan_id_arg(a.plan)
+    holder = holder_for_command("release", plan_id)
+    target = _target_of(c, plan_id)
+    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s):
+        plan, n = release_backup(c.instance, c.tables, c.wh, plan_id)
+    print(
+        f"released the backup of plan {plan_id}: {n} week tables dropped; it can no longer "
+        f"be rolled back and {plan.target} is free for a new plan"
+    )
+    return EXIT_OK
+
+
+def cmd_abandon(a: argparse.Namespace) -> int:
+    from backfill_assets.service.lease import holder_for_command, writer_lease
+    from backfill_assets.service.swap import abandon_plan
+
+    c = _context(a)
+    plan_id = _plan_id_arg(a.plan)
+    holder = holder_for_command("abandon", plan_id)
+    target = _target_of(c, plan_id)
+    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s):
+        target, n = abandon_plan(c.instance, c.tables, c.wh, plan_id)
+    print(
+        f"abandoned plan {plan_id}: {n} shadow week tables dropped; {target} is free for a new plan"
+    )
+    return EXIT_OK
+
+
+def _target_of(c: Context, plan_id: str) -> str:
+    """The table a plan (or a warehouse claim of it) belongs to, for its writer lease."""
+    from backfill_assets.errors import ExecutionRefused
+    from backfill_assets.service.plans import load_plan
+
+    try:
+        return load_plan(c.instance, plan_id, allow_proposed=True)[0].target
+    except ExecutionRefused:
+        for name in c.tables:
+            if c.wh.active_plan(name) == plan_id:
+                return name
+        raise
+
+
+def cmd_doctor(a: argparse.Namespace) -> int:
+    from backfill_assets.service.doctor import diagnose
+
+    c = _context(a)
+    findings = diagnose(c.instance, c.wh, c.tables, repair=a.repair)
+    for f in findings:
+        print(f.line())
+    open_ = [f for f in findings if not f.repaired]
+    if not findings:
+        print("doctor: nothing wrong found (pools, dead runs, writer leases, plans, run queue)")
+    elif open_ and not a.repair:
+        print(f"doctor: {len(open_)} problems; `backfill-assets doctor --repair` fixes them")
+    return EXIT_OK
+
+
+# -- the parser ----------------------------------------------------------------------------------
+
+
+def _version() -> str:
+    from backfill_assets import __version__
+
+    return f"backfill-assets {__version__}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="backfill-assets",
+        description="Safe backfills of daily-partitioned tables on Dagster: plan, approve, run "
+        "into a shadow behind gates, swap atomically, roll back. Works on your code location "
+        "(found as the dagster CLI finds it) and the instance in DAGSTER_HOME.",
+        epilog=EXIT_CODES,
+    )
+    p.add_argument("--version", action="version", version=_version())
+    loc = p.add_argument_group(
+        "code location (default: [tool.dagster] or [tool.dg] in ./pyproject.toml)"
+    )
+    loc.add_argument("-m", "--module-name", help="Python module holding the Definitions")
+    loc.add_argument("-f", "--python-file", help="Python file holding the Definitions")
+    loc.add_argument("-w", "--workspace", help="workspace.yaml (with -l when it has several)")
+    loc.add_argument("-a", "--attribute", help="the Definitions' attribute (default: defs)")
+    loc.add_argument("-l", "--location", help="location name in the workspace")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help_: str, fn: Any) -> argparse.ArgumentParser:
+        s = sub.add_parser(name, help=help_, description=help_, epilog=EXIT_CODES)
+        s.set_defaults(func=fn)
+        return s
+
+    s = command("plan", "build a reviewable plan (no side effects)", cmd_plan)
+    s.add_argument("target", help="the backfillable table (its asset key)")
+    s.add_argument("--start", required=True, help="first partition, YYYY-MM-DD (inclusive)")
+    s.add_argument("--end", required=True, help="last partition, YYYY-MM-DD (inclusive)")
+    s.add_argument("--window", help="idle window HH:MM-HH:MM (may cross midnight)")
+    s.add_argument("--timezone", help="window timezone (default: the partitions' timezone)")
+    s.add_argument(
+        "--rollback", help="rollback strategy; the only one: backup (the swap keeps a backup)"
+    )
+    s.add_argument("--criteria", help="YAML file overriding the declared criteria")
+    s.add_argument("--format", choices=["json", "markdown"], default="json")
+    s.add_argument("--out", help="write the plan here instead of stdout")
+
+    s = command(
+        "approve", "approve a plan (file, or id of a proposed plan); runs nothing", cmd_approve
+    )
+    s.add_argument("plan", help="plan file, or the id of a plan proposed in the instance")
+    s.add_argument("--by", help="who approves (default: $USER)")
+
+    s = command("run", "run an approved plan's remaining batches in order, here", cmd_run)
+    s.add_argument("plan", help="plan id or plan file")
+    s.add_argument(
+        "--ignore-window",
+        action="store_true",
+        help="operator override: run outside the plan's window (never overlaps the "
+        "daily run: that is still refused)",
+    )
+    s.add_argument("--batches", type=int, help="run at most this many batches now")
+
+    for name, fn, text in (
+        ("start", cmd_start, "let the daemon's batch driver run an approved plan in its window"),
+        ("pause", cmd_pause, "stop the batch driver from launching further batches of a plan"),
+    ):
+        s = command(name, text, fn)
+        s.add_argument("plan", help="plan id or plan file")
+        s.add_argument("--by", help="who (default: $USER)")
+
+    s = command(
+        "status", "where a plan stands: batches, gates, swap, the table's writer", cmd_status
+    )
+    s.add_argument("plan", help="plan id or plan file")
+    s.add_argument("--format", choices=["text", "json"], default="text")
+
+    s = command("list", "the plans in the instance and their status", cmd_list)
+    s.add_argument("--target", help="only the plans of this table")
+    s.add_argument("--format", choices=["text", "json"], default="text")
+
+    for name, fn, text in (
+        ("swap", cmd_swap, "swap a validated plan into its target, then refresh downstream"),
+        ("rollback", cmd_rollback, "restore what a plan's swap replaced, then refresh downstream"),
+    ):
+        s = command(name, text, fn)
+        s.add_argument("plan", help="plan id or plan file")
+        s.add_argument(
+            "--no-refresh",
+            action="store_true",
+            help="do not rebuild the impacted downstream assets; flag them instead",
+        )
+
+    s = command("release", "drop a swapped plan's backup (no rollback after this)", cmd_release)
+    s.add_argument("plan", help="plan id or plan file")
+
+    s = command("abandon", "give up an unswapped plan and drop its shadow", cmd_abandon)
+    s.add_argument("plan", help="plan id or plan file")
+
+    s = command(
+        "doctor",
+        "find pools with no slots, dead runs, stale writer leases and plans; --repair fixes them",
+        cmd_doctor,
+    )
+    s.add_argument("--repair", action="store_true", help="fix what can be fixed")
+    return p
+
+
+def _quiet_dagster_warnings() -> None:
+    # Dagster flags the APIs we rely on (single-run backfill policy, partitioned checks) as
+    # beta/preview at every import; that is for the developer reading docs/, not the operator.
+    warnings.filterwarnings("ignore", message=r".*(beta|preview)", category=Warning)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run a parsed command; map errors to exit codes and one clear line on stderr."""
+    try:
+        return int(args.func(args))
+    except GateFailed as e:
+        print(f"halted: {e}", file=sys.stderr)
+        return EXIT_HALTED
+    except BackfillError as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        print("interrupted: nothing more was started (a run already under way was ended)",
+              file=sys.stderr)  # fmt: skip
+        return 130
+
+
+class _PipeSafe:
+    """stdout that survives its reader going away (`backfill-assets rollback P | head -1`).
+
+    Without it, the first print after `head` exits raised BrokenPipeError: a traceback, and the
+    rest of the command (the downstream refresh after a rollback) never ran. Now the output is
+    dropped and the command finishes its work and returns its own exit code.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone_away()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone_away()
+
+    def _gone_away(self) -> None:
+        self._gone = True
+        # The interpreter flushes the real stdout at exit; point it at /dev/null first.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_dagster_warnings()
+    stdout = sys.stdout
+    sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
+    try:
+        return run_command(args)
+    finally:
+        sys.stdout = stdout
+
+
+if __name__ == "__main__":
+    sys.exit(main())

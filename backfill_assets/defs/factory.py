@@ -1,0 +1,51 @@
+"""`backfill_definitions`: everything the framework contributes for a list of tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import dagster as dg
+
+from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
+from backfill_assets.defs.control import CONTROL_DEFINITIONS
+from backfill_assets.defs.resources import DEFAULT_WAREHOUSE, WarehouseResource
+from backfill_assets.defs.table_assets import table_definitions
+from backfill_assets.errors import InvalidInput
+from backfill_assets.lib.table import BackfillableTable
+
+
+def backfill_definitions(
+    tables: Sequence[BackfillableTable], *, warehouse: WarehouseResource | None = None
+) -> dg.Definitions:
+    """The Dagster definitions that make `tables` backfillable, to merge with your own.
+
+    For each table: the target asset (written live only by its daily job), the shadow asset with
+    its blocking gates, the shadow (batch), swap and rollback jobs, and its batch driver and
+    refresh sensors. Shared by all tables: the `backfill_plans` asset and the plan, approve,
+    start and pause jobs. And the `backfill_warehouse` resource.
+
+        defs = dg.Definitions.merge(backfill_definitions([events, stores]), my_own_defs)
+
+    Calling it again with the same tables returns the same objects, so merging twice is harmless.
+
+    Args:
+        tables: the backfillable tables.
+        warehouse: where they live; default: the `BACKFILL_ASSETS_WAREHOUSE` environment
+            variable (a DuckDB file path or a postgresql:// URL), read at run time.
+    """
+    tables = list(tables)
+    for t in tables:
+        if not isinstance(t, BackfillableTable):
+            raise InvalidInput(
+                f"backfill_definitions takes BackfillableTable declarations, got {type(t).__name__}"
+            )
+    names = [t.key for t in tables]
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"backfill_definitions got the same table twice: {sorted(names)}")
+    if not tables:
+        raise InvalidInput("backfill_definitions needs at least one BackfillableTable")
+    return dg.Definitions.merge(
+        *(table_definitions(t) for t in tables),
+        CONTROL_DEFINITIONS,
+        dg.Definitions(resources={WAREHOUSE_RESOURCE_KEY: warehouse or DEFAULT_WAREHOUSE}),
+    )

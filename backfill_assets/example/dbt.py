@@ -1,0 +1,111 @@
+"""dbt models downstream of the target, loaded with dagster-dbt.
+
+Three `@dbt_assets` over one manifest, by grain: daily-partitioned models (tag `daily`),
+weekly-partitioned models (tag `weekly`, ISO weeks) and unpartitioned ones. Partitioned models
+receive their half-open partition window as the dbt vars `min_date` / `max_date`.
+
+Where the dbt project lives is configuration (`BACKFILL_ASSETS_DBT_PROJECT`, default
+`./dbt_project`), read when the code location loads, not derived from this package's path: an
+installed wheel has no dbt project next to it.
+"""
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets
+
+from backfill_assets.example.dbt_manifest import dbt_executable, ensure_manifest
+from backfill_assets.example.declaration import DAILY, WEEKLY
+
+DBT_PROJECT_ENV = "BACKFILL_ASSETS_DBT_PROJECT"
+GROUP = "marts"
+
+
+def dbt_project_dir() -> Path:
+    """The example's dbt project: `BACKFILL_ASSETS_DBT_PROJECT`, else ./dbt_project."""
+    path = Path(os.environ.get(DBT_PROJECT_ENV) or "dbt_project").resolve()
+    if not (path / "dbt_project.yml").is_file():
+        raise FileNotFoundError(
+            f"no dbt project at {path}: set {DBT_PROJECT_ENV} to the folder holding "
+            "dbt_project.yml (the repository's dbt_project/)"
+        )
+    return path
+
+
+class _Translator(DagsterDbtTranslator):
+    def get_group_name(self, dbt_resource_props: Mapping[str, Any]) -> str | None:
+        return GROUP
+
+
+def _build(
+    context: dg.AssetExecutionContext, dbt: DbtCliResource, partitioned: bool
+) -> Iterator[Any]:
+    args = ["build"]
+    if partitioned:
+        window = context.partition_time_window
+        dbt_vars = {
+            "min_date": window.start.date().isoformat(),
+            "max_date": window.end.date().isoformat(),
+        }
+        args += ["--vars", json.dumps(dbt_vars)]
+    yield from dbt.cli(args, context=context).stream()
+
+
+@dataclass(frozen=True)
+class DbtModels:
+    daily: dg.AssetsDefinition
+    weekly: dg.AssetsDefinition
+    unpartitioned: dg.AssetsDefinition
+    resource: DbtCliResource
+
+    @property
+    def assets(self) -> list[dg.AssetsDefinition]:
+        return [self.daily, self.weekly, self.unpartitioned]
+
+
+def dbt_models(project_dir: Path) -> DbtModels:
+    """The three @dbt_assets and the dbt resource, over a fresh manifest of `project_dir`."""
+    project = DbtProject(project_dir=project_dir, profiles_dir=project_dir)
+    manifest = ensure_manifest(project)
+    translator = _Translator()
+
+    @dbt_assets(
+        manifest=manifest,
+        select="tag:daily",
+        partitions_def=DAILY,
+        name="dbt_daily_models",
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        dagster_dbt_translator=translator,
+    )
+    def dbt_daily_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        yield from _build(context, dbt, partitioned=True)
+
+    @dbt_assets(
+        manifest=manifest,
+        select="tag:weekly",
+        partitions_def=WEEKLY,
+        name="dbt_weekly_models",
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        dagster_dbt_translator=translator,
+    )
+    def dbt_weekly_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        yield from _build(context, dbt, partitioned=True)
+
+    @dbt_assets(
+        manifest=manifest,
+        exclude="tag:daily tag:weekly",
+        name="dbt_unpartitioned_models",
+        dagster_dbt_translator=translator,
+    )
+    def dbt_unpartitioned_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
+        yield from _build(context, dbt, partitioned=False)
+
+    resource = DbtCliResource(
+        project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()
+    )
+    return DbtModels(dbt_daily_models, dbt_weekly_models, dbt_unpartitioned_models, resource)

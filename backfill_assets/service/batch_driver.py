@@ -1,0 +1,340 @@
+"""The daemon's side of a plan: start and pause it, decide each driver tick, follow swaps.
+
+- `start_plan` marks an approved plan as started for the batch driver (approving alone launches
+  nothing). Starting again after a failed batch acknowledges the failure, so the driver re-runs
+  that batch as a new attempt; it also lifts a hold left by an overrun. `pause_plan` stops the
+  driver from launching further batches (a running batch finishes).
+- `drive` is one tick of a table's batch driver sensor: for each approved, started plan of the
+  table it gathers the facts from the instance (never the warehouse) and asks
+  `batch_decision.next_action` what to do.
+- `follow_swaps` is one tick of the refresh sensor: after a swap or rollback run launched through
+  the instance succeeds, it requests the refresh of the plan's downstream impact set.
+
+The decorated sensors and jobs in `defs/` call these and do nothing else.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from backfill_assets.constants import (
+    BATCH_TAG,
+    PARTITION_TAG,
+    PLAN_ID_TAG,
+    ROLE_DAILY,
+    ROLE_ROLLBACK,
+    ROLE_SWAP,
+    ROLE_TAG,
+    START_JOB,
+    shadow_job,
+)
+from backfill_assets.errors import BackfillError, ExecutionRefused
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.states import (
+    IN_PROGRESS_RUN_STATUSES,
+    BatchState,
+    GateState,
+    PlanStatus,
+)
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.service.batch_decision import Decision, RunFact, batch_run_key, next_action
+from backfill_assets.service.executor import batch_done, batch_tags
+from backfill_assets.service.gating import gate_states
+from backfill_assets.service.guards import daily_runs_in_progress
+from backfill_assets.service.plans import (
+    DRIVING,
+    OVERRUN,
+    STARTED_AT,
+    STARTED_BY,
+    latest_plan_record,
+    load_plan,
+    plan_statuses,
+    record_status,
+)
+from backfill_assets.service.refresh import refresh_requests
+from backfill_assets.service.runs import range_tags
+
+RUN_HISTORY_LIMIT = 500
+# Without a cursor (first tick ever), swaps that finished this long ago are still followed up.
+REFRESH_LOOKBACK = dt.timedelta(hours=1)
+
+
+# -- starting and pausing a plan -----------------------------------------------------------------
+
+
+def start_plan(
+    instance: dg.DagsterInstance, plan_id: str, started_by: str, now: dt.datetime
+) -> str:
+    """Mark an approved plan as started for the driver; return a one-line summary."""
+    plan, status = load_plan(instance, plan_id)
+    if status != PlanStatus.APPROVED:
+        raise ExecutionRefused(
+            f"plan {plan_id} is {status}; only an approved plan can be started "
+            "(approve_backfill_job or `backfill-assets approve PLAN.json` first)"
+        )
+    record_status(
+        instance,
+        plan,
+        PlanStatus.APPROVED,
+        **{DRIVING: True, STARTED_AT: now.isoformat(), STARTED_BY: started_by, OVERRUN: None},
+    )
+    return (
+        f"plan {plan_id} started: the batch driver launches its next batch inside the window "
+        f"{plan.window.label} {plan.window.timezone}, never while {plan.contention.daily_job} "
+        "runs"
+    )
+
+
+def pause_plan(instance: dg.DagsterInstance, plan_id: str, paused_by: str) -> str:
+    """Stop the driver from launching further batches of a plan; a running batch finishes."""
+    plan, status = load_plan(instance, plan_id)
+    if status != PlanStatus.APPROVED:
+        raise ExecutionRefused(f"plan {plan_id} is {status}; only an approved plan runs batches")
+    record_status(instance, plan, PlanStatus.APPROVED, **{DRIVING: False, "paused_by": paused_by})
+    return f"plan {plan_id} paused: start it again with {START_JOB} to resume"
+
+
+# -- the batch driver ----------------------------------------------------------------------------
+
+
+def _fact(rec: dg.RunRecord) -> RunFact:
+    run = rec.dagster_run
+    batch = run.tags.get(BATCH_TAG)
+    return RunFact(
+        run_id=run.run_id,
+        status=run.status.value,
+        batch=int(batch) if batch and batch.isdigit() else None,
+        role=run.tags.get(ROLE_TAG, ""),
+        started_at=dt.datetime.fromtimestamp(rec.start_time, dt.UTC) if rec.start_time else None,
+    )
+
+
+def _instant(value: Any) -> dt.datetime | None:
+    try:
+        return dt.datetime.fromisoformat(str(value)) if value else None
+    except ValueError:
+        return None
+
+
+def plan_facts(
+    instance: dg.DagsterInstance,
+    table: BackfillableTable,
+    plan: BackfillPlan,
+    record: Mapping[str, Any],
+) -> dict[str, Any]:
+    """Everything `next_action` takes besides the plan and the clock, read from the instance."""
+    started_at = _instant(record.get(STARTED_AT))
+    records = instance.get_run_records(
+        dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=RUN_HISTORY_LIMIT
+    )  # newest first
+    active: list[RunFact] = []
+    finished: dict[int, list[dg.RunRecord]] = defaultdict(list)
+    for rec in records:
+        fact = _fact(rec)
+        if rec.dagster_run.status in IN_PROGRESS_RUN_STATUSES:
+            active.append(fact)
+        elif fact.batch is not None:
+            finished[fact.batch].append(rec)
+    states: dict[int, BatchState] = {}
+    attempts: dict[int, int] = {}
+    for batch in plan.batches:
+        if batch_done(instance, plan, batch):
+            states[batch.index] = BatchState.PASSED
+            continue
+        runs = finished.get(batch.index, [])
+        # Every finished run of a batch that is not passed failed to complete it (failed,
+        # canceled, or its shadow was rewritten since), so each one used up an attempt's run key.
+        attempts[batch.index] = len(runs)
+        latest = runs[0] if runs else None
+        if latest is None or latest.dagster_run.status == dg.DagsterRunStatus.SUCCESS:
+            states[batch.index] = BatchState.PENDING
+        elif started_at is not None and latest.create_timestamp < started_at:
+            # The plan was started again after this failure: re-run the batch.
+            states[batch.index] = BatchState.PENDING
+        elif any(
+            s.state == GateState.FAILED
+            for s in gate_states(instance, plan.shadow, batch.partitions, plan.plan_id)
+        ):
+            states[batch.index] = BatchState.FAILED_GATES
+        else:
+            states[batch.index] = BatchState.FAILED_RUN
+        break  # batches run in order: the first one not passed decides
+    daily = [
+        RunFact(r.run_id, r.status.value, role=ROLE_DAILY)
+        for r in daily_runs_in_progress(instance, table)
+    ]
+    overrun = record.get(OVERRUN)
+    hold = _instant(overrun.get("hold_until")) if isinstance(overrun, dict) else None
+    return {
+        "batch_states": states,
+        "active_runs": active,
+        "daily_runs": daily,
+        "failed_attempts": attempts,
+        "started": record.get(DRIVING) is True,
+        "hold_until": hold,
+    }
+
+
+def batch_run_request(plan: BackfillPlan, decision: Decision) -> dg.RunRequest:
+    """The shadow job over the batch's days, tagged with the plan, the batch and the writer."""
+    batch = decision.launch
+    assert batch is not None
+    tags = batch_tags(plan, batch)
+    key = batch_run_key(plan.plan_id, batch.index, decision.attempt)
+    if batch.start == batch.end:
+        # A one-day batch runs as a single partition: Dagster records per-partition check results
+        # natively only in single-partition runs, and a one-key "range" would record none.
+        return dg.RunRequest(
+            job_name=shadow_job(plan.target),
+            run_key=key,
+            partition_key=batch.start.isoformat(),
+            tags=tags,
+        )
+    return dg.RunRequest(
+        job_name=shadow_job(plan.target),
+        run_key=key,
+        tags={**tags, **range_tags(batch.start, batch.end)},
+    )
+
+
+def record_overrun(
+    instance: dg.DagsterInstance, plan: BackfillPlan, record: Mapping[str, Any], d: Decision
+) -> bool:
+    """Record an overrun on the plan's status once per overrunning run; True if recorded now."""
+    previous = record.get(OVERRUN)
+    if isinstance(previous, dict) and previous.get("run_id") == d.overrun_run_id:
+        return False
+    record_status(
+        instance,
+        plan,
+        PlanStatus.APPROVED,
+        previous=record,
+        **{
+            OVERRUN: {
+                "run_id": d.overrun_run_id,
+                "hold_until": d.hold_until.isoformat() if d.hold_until else None,
+                "reason": d.reason,
+            }
+        },
+    )
+    return True
+
+
+def drive(
+    instance: dg.DagsterInstance, table: BackfillableTable, now: dt.datetime
+) -> tuple[list[dg.RunRequest], list[str]]:
+    """One driver tick over the approved plans of `table`: run requests, one reason per plan."""
+    requests: list[dg.RunRequest] = []
+    reasons: list[str] = []
+    for plan_id, (_, status) in sorted(plan_statuses(instance, table.key).items()):
+        if status != PlanStatus.APPROVED:
+            continue
+        try:
+            record = latest_plan_record(instance, plan_id) or {}
+            plan = BackfillPlan.from_dict(record["plan"])
+            decision = next_action(plan, now, **plan_facts(instance, table, plan, record))
+        except BackfillError as e:  # one broken plan must not stop the others
+            reasons.append(f"plan {plan_id}: cannot be driven: {e}")
+            continue
+        if decision.overrun:
+            record_overrun(instance, plan, record, decision)
+        if decision.launch is not None:
+            requests.append(batch_run_request(plan, decision))
+        reasons.append(decision.reason)
+    return requests, reasons or [f"no approved plan for {table.key}"]
+
+
+# -- refresh after swap --------------------------------------------------------------------------
+
+
+def swap_plan_id(run: dg.DagsterRun) -> str | None:
+    """The plan a swap or rollback run acted on: its plan tag, else its op config."""
+    if run.tags.get(PLAN_ID_TAG):
+        return run.tags[PLAN_ID_TAG]
+    ops = run.run_config.get("ops")
+    if isinstance(ops, Mapping):
+        for op in ops.values():
+            config = op.get("config") if isinstance(op, Mapping) else None
+            if isinstance(config, Mapping) and config.get("plan_id"):
+                return str(config["plan_id"])
+    return None
+
+
+def refresh_run_requests(
+    plan: BackfillPlan, asset_graph: Any, trigger_run_id: str
+) -> list[dg.RunRequest]:
+    """One run per grain of the plan's impact set, upstream grains first (the run queue starts
+    runs holding the writer tag in the order they were requested)."""
+    requests = []
+    for i, req in enumerate(refresh_requests(plan, asset_graph), start=1):
+        tags = req.tags(plan.plan_id, plan.target)
+        partition = tags.pop(PARTITION_TAG, None)
+        requests.append(
+            dg.RunRequest(
+                run_key=f"{plan.plan_id}-refresh-{trigger_run_id}-{i}",
+                asset_selection=[dg.AssetKey.from_user_string(k) for k in req.asset_keys],
+                partition_key=partition,
+                tags=tags,
+            )
+        )
+    return requests
+
+
+def follow_swaps(
+    instance: dg.DagsterInstance,
+    table: BackfillableTable,
+    asset_graph: Any,
+    cursor: str | None,
+    now: dt.datetime,
+) -> tuple[list[dg.RunRequest], list[str], str]:
+    """Refresh requests for `table`'s swap/rollback runs that succeeded since the cursor (an ISO
+    instant of the last run update seen); returns requests, reasons and the new cursor."""
+    since = _instant(cursor) or now - REFRESH_LOOKBACK
+    records = instance.get_run_records(
+        dg.RunsFilter(
+            tags={ROLE_TAG: [ROLE_SWAP, ROLE_ROLLBACK]},
+            statuses=[dg.DagsterRunStatus.SUCCESS],
+            updated_after=since.astimezone(dt.UTC),
+        ),
+        order_by="update_timestamp",
+        ascending=True,
+        limit=50,
+    )
+    requests: list[dg.RunRequest] = []
+    reasons: list[str] = []
+    for rec in records:
+        run = rec.dagster_run
+        role = run.tags.get(ROLE_TAG, "swap")
+        since = max(since, rec.update_timestamp)
+        plan_id = swap_plan_id(run)
+        if plan_id is None:
+            reasons.append(f"{role} run {run.run_id[:8]} names no plan_id")
+            continue
+        try:
+            plan, _ = load_plan(instance, plan_id)
+        except BackfillError as e:
+            reasons.append(f"{role} run {run.run_id[:8]}: {e}")
+            continue
+        if plan.target != table.key:
+            continue
+        # Runs executed in-process (the backfill-assets CLI, tests) have no remote origin; the CLI
+        # refreshes downstream itself right after its swap, so a second refresh would race it.
+        if run.remote_job_origin is None:
+            reasons.append(f"{role} run {run.run_id[:8]} ran in-process; its caller refreshes")
+            continue
+        new = refresh_run_requests(plan, asset_graph, run.run_id)
+        requests += new
+        reasons.append(
+            f"plan {plan_id}: {role} run {run.run_id[:8]} succeeded; requested {len(new)} "
+            "refresh runs"
+        )
+    return (
+        requests,
+        reasons or ["no swap or rollback run succeeded since the last tick"],
+        since.isoformat(),
+    )
