@@ -30,6 +30,7 @@ _EXPORTS = {
     "backfill_tables": "backfill_assets.service.tables",
     "WarehouseResource": "backfill_assets.defs.resources",
     "BackfillableTableComponent": "backfill_assets.defs.component",
+    "BackfillControlComponent": "backfill_assets.defs.component",
     "BackfillError": "backfill_assets.errors",
     "GateFailed": "backfill_assets.errors",
     "InvalidInput": "backfill_assets.errors",
@@ -39,6 +40,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "BackfillControlComponent",
     "BackfillError",
     "BackfillableTable",
     "BackfillableTableComponent",
@@ -61,7 +63,10 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from backfill_assets.defs.component import BackfillableTableComponent
+    from backfill_assets.defs.component import (
+        BackfillableTableComponent,
+        BackfillControlComponent,
+    )
     from backfill_assets.defs.factory import backfill_definitions
     from backfill_assets.defs.resources import WarehouseResource
     from backfill_assets.errors import (

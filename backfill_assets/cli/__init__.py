@@ -56,7 +56,7 @@ def _context(a: argparse.Namespace) -> Context:
     from backfill_assets.cli.location import load_definitions, resolve_spec
     from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
     from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
-    from backfill_assets.service.tables import backfill_tables
+    from backfill_assets.service.tables import backfill_tables, refuse_bad_daily_jobs
 
     if not os.environ.get("DAGSTER_HOME"):
         raise BackfillError(
@@ -78,6 +78,7 @@ def _context(a: argparse.Namespace) -> Context:
             f"{spec.describe()} declares no backfillable table; merge "
             "backfill_definitions([...]) into its Definitions"
         )
+    refuse_bad_daily_jobs(defs, tables)
     resource = (defs.resources or {}).get(WAREHOUSE_RESOURCE_KEY)
     if resource is None:
         raise BackfillError(f"{spec.describe()} has no {WAREHOUSE_RESOURCE_KEY} resource")

@@ -63,7 +63,8 @@ def _from_pyproject(cwd: Path) -> LocationSpec | None:
         target = project.get("code_location_target_module") or (
             f"{project['root_module']}.definitions"
         )
-        return LocationSpec(module=str(target), working_directory=str(cwd / "src"))
+        src = cwd / "src"
+        return LocationSpec(module=str(target), working_directory=str(src if src.is_dir() else cwd))
     return None
 
 

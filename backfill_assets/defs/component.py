@@ -16,8 +16,13 @@
         row_count: {compare_to: [target]}
         sample: {unchanged_columns: [user_id]}
 
-It builds the same `BackfillableTable` as the Python declaration and returns
-`backfill_definitions([table])`; several components (one per table) merge cleanly.
+It builds the same `BackfillableTable` as the Python declaration and returns what
+`backfill_definitions([table])` returns for it. A `dg` project gives every component its own copy
+of what it returns, so the control plane shared by all tables (the plans asset and the Launchpad
+jobs) comes once, from one `BackfillControlComponent`, or from `backfill_definitions` in Python:
+
+    # defs/backfill_control/defs.yaml
+    type: backfill_assets.BackfillControlComponent
 """
 
 from __future__ import annotations
@@ -58,6 +63,10 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     group_name: str = "backfillable"
     daily_lookback_days: int = 3
     backfill_window: str | None = None
+    define_daily_job: bool = Field(
+        default=False,
+        description="Also define `daily_job` as an asset job over the table alone.",
+    )
 
     def table(self) -> BackfillableTable:
         spec = TableSpec(
@@ -86,4 +95,22 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return backfill_definitions([self.table()])
+        table = self.table()
+        defs = backfill_definitions([table], control=False)
+        if not self.define_daily_job:
+            return defs
+        job = dg.define_asset_job(
+            table.daily_job,
+            selection=[table.key],
+            partitions_def=table.partitions_def,
+            description=f"The daily production run of {table.key}.",
+        )
+        return dg.Definitions.merge(defs, dg.Definitions(jobs=[job]))
+
+
+class BackfillControlComponent(dg.Component, dg.Model, dg.Resolvable):
+    """The control plane every backfillable table shares: the `backfill_plans` asset, the plan,
+    approve, start and pause jobs, and the warehouse resource. Declare it once per project."""
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        return backfill_definitions([])

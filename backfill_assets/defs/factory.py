@@ -15,7 +15,10 @@ from backfill_assets.lib.table import BackfillableTable
 
 
 def backfill_definitions(
-    tables: Sequence[BackfillableTable], *, warehouse: WarehouseResource | None = None
+    tables: Sequence[BackfillableTable],
+    *,
+    warehouse: WarehouseResource | None = None,
+    control: bool = True,
 ) -> dg.Definitions:
     """The Dagster definitions that make `tables` backfillable, to merge with your own.
 
@@ -32,6 +35,10 @@ def backfill_definitions(
         tables: the backfillable tables.
         warehouse: where they live; default: the `BACKFILL_ASSETS_WAREHOUSE` environment
             variable (a DuckDB file path or a postgresql:// URL), read at run time.
+        control: include the shared control plane (plans asset, plan/approve/start/pause jobs).
+            The YAML component leaves it out: a `dg` project's components each get their own
+            copy of what they return, so the control plane comes once, from
+            `BackfillControlComponent` (or a `backfill_definitions` call in Python).
     """
     tables = list(tables)
     for t in tables:
@@ -42,10 +49,10 @@ def backfill_definitions(
     names = [t.key for t in tables]
     if len(set(names)) != len(names):
         raise InvalidInput(f"backfill_definitions got the same table twice: {sorted(names)}")
-    if not tables:
+    if not tables and not control:
         raise InvalidInput("backfill_definitions needs at least one BackfillableTable")
     return dg.Definitions.merge(
         *(table_definitions(t) for t in tables),
-        CONTROL_DEFINITIONS,
+        *([CONTROL_DEFINITIONS] if control else []),
         dg.Definitions(resources={WAREHOUSE_RESOURCE_KEY: warehouse or DEFAULT_WAREHOUSE}),
     )

@@ -28,6 +28,9 @@ def example_definitions(dbt_project: Path | None = None) -> dg.Definitions:
             assets=[raw_orders, fx_rates, *dbt.assets],
             jobs=[land_orders_job],
             resources={"dbt": dbt.resource},
+            # DuckDB lets one process write the file at a time: the steps of a run (the daily
+            # run's dbt models) take turns in the run's own process instead of racing for it.
+            executor=dg.in_process_executor,
         ),
     )
 

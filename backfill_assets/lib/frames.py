@@ -72,7 +72,9 @@ def check_frame(spec: TableSpec, frame: Any, start: dt.date, end: dt.date) -> pd
 
     where = f"the Python build of {spec.name} for {start}..{end - dt.timedelta(days=1)}"
     if not isinstance(frame, pd.DataFrame):
-        raise InvalidInput(f"{where} returned {type(frame).__name__}, not a pandas DataFrame")
+        raise InvalidInput(
+            f"{where} returned {type(frame).__name__}, not a pandas DataFrame; nothing written"
+        )
     names = list(spec.column_names)
     got = [str(c) for c in frame.columns]
     problems: list[str] = []

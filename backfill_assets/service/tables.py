@@ -52,3 +52,45 @@ def table_for(
         f"{what} {name!r} is not a declared backfillable table of this code location; declared: "
         f"{sorted(tables) or 'none (did you add backfill_definitions([...]) to it?)'}"
     )
+
+
+def daily_job_problems(repository: Any, tables: dict[str, BackfillableTable]) -> list[str]:
+    """Tables whose declared daily job is not a job of the code location that writes them.
+
+    The daily job is how every guard finds the daily runs (by name): a typo there would let
+    batches run beside the real daily run, so a plan, a run and the driver refuse it.
+
+    Args:
+        repository: `Definitions` or a `RepositoryDefinition` (a sensor's, a run's).
+    """
+    repo = repository.get_repository_def() if isinstance(repository, dg.Definitions) else repository
+    problems = []
+    for table in tables.values():
+        for job_name in table.production_job_names:
+            if not repo.has_job(job_name):
+                writers = sorted(
+                    j.name
+                    for j in repo.get_all_jobs()
+                    if dg.AssetKey(table.key) in j.asset_layer.selected_asset_keys
+                    and not j.name.startswith("__")
+                )
+                problems.append(
+                    f"{table.key} names {job_name!r} as its daily job, but the code location has "
+                    f"no such job; set daily_job to the job that materializes {table.key} every "
+                    f"day (jobs that do: {writers or 'none'})"
+                )
+            elif (
+                dg.AssetKey(table.key) not in repo.get_job(job_name).asset_layer.selected_asset_keys
+            ):
+                problems.append(
+                    f"{table.key} names {job_name!r} as its daily job, but that job does not "
+                    f"materialize {table.key}; add it to the job's selection or name the job "
+                    "that does"
+                )
+    return problems
+
+
+def refuse_bad_daily_jobs(repository: Any, tables: dict[str, BackfillableTable]) -> None:
+    problems = daily_job_problems(repository, tables)
+    if problems:
+        raise BackfillError("; ".join(problems))

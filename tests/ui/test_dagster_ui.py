@@ -51,7 +51,7 @@ LINEAGE = (
     "fct_daily_revenue",
     "fct_weekly_revenue",
 )
-GROUPS = ("sources", "orders", "default")
+GROUPS = ("sources", "orders", "marts")
 PLAN_SECTIONS = (
     "1. Criteria (written first)",
     "2. Downstream impact",

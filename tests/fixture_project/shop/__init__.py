@@ -1,0 +1,1 @@
+"""A small shop's warehouse, made backfillable with backfill_assets' public API alone."""

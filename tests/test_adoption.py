@@ -1,0 +1,210 @@
+"""Adopting backfill_assets in another project, with the public API alone.
+
+`tests/fixture_project` is a second project (its own package `shop`, not the example): a table
+with a composite key, New York partitions and a SQL build; a table built by a pandas function; a
+third declared in YAML with the Dagster Component; its own daily jobs, no dbt. These tests drive
+it as its users would: the CLI from its own directory, pointed at its own code location, on a
+fresh DAGSTER_HOME and warehouse.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+
+REPO = Path(__file__).resolve().parents[1]
+PROJECT = REPO / "tests" / "fixture_project"
+START, END = dt.date(2026, 1, 5), dt.date(2026, 1, 18)  # two ISO weeks of history
+HISTORY = (dt.date(2026, 1, 1), dt.date(2026, 1, 25))  # inclusive
+
+
+@pytest.fixture(scope="module")
+def shop() -> Iterator[object]:
+    """The fixture project's package, importable as its own code location is."""
+    sys.path.insert(0, str(PROJECT))
+    import shop.tables as tables
+
+    yield tables
+    sys.path.remove(str(PROJECT))
+
+
+def seed(shop, path: Path) -> DuckDBWarehouse:
+    """The past: raw events landed, and both tables as their buggy v1 builds wrote them."""
+    from backfill_assets.lib.frames import check_frame
+
+    wh = DuckDBWarehouse(path, lock_timeout_s=5)
+    start, end = HISTORY[0], HISTORY[1] + dt.timedelta(days=1)
+    wh.replace_plain_partitions(
+        shop.RAW_EVENTS, shop.RAW_EVENT_COLUMNS, "event_date", shop.RAW_EVENTS_SQL, start, end,
+        {"n": 20},
+    )  # fmt: skip
+    wh.replace_partitions(shop.EVENTS.spec, start, end, build=shop.EVENTS_SQL_V1)
+    frame = check_frame(shop.STORES.spec, shop.build_stores_v1(start, end), start, end)
+    wh.replace_partitions(shop.STORES.spec, start, end, build=frame)
+    return wh
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    return home
+
+
+def cli(args: list[str], home: Path, warehouse: Path) -> subprocess.CompletedProcess[str]:
+    """The installed `backfill-assets`, run from the project's own directory."""
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        WAREHOUSE_ENV: str(warehouse),
+        "PYTHONWARNINGS": "ignore",
+    }
+    exe = Path(sys.executable).with_name("backfill-assets")
+    return subprocess.run(
+        [str(exe), *args], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def ok(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", ["events", "stores"])
+def test_a_second_project_runs_the_whole_cycle_from_its_own_directory(shop, home, tmp_path, table):
+    warehouse = tmp_path / "shop.duckdb"
+    spec = {"events": shop.EVENTS, "stores": shop.STORES}[table].spec
+    wh = seed(shop, warehouse)
+    history = (HISTORY[0], HISTORY[1] + dt.timedelta(days=1))
+    before = wh.checksums(spec, *history)
+
+    plan_file = tmp_path / "plan.json"
+    ok(cli([
+        "plan", table, "--start", START.isoformat(), "--end", END.isoformat(),
+        "--window", "03:00-23:59", "--rollback", "backup", "--out", str(plan_file),
+    ], home, warehouse))  # fmt: skip
+    plan_id = json.loads(plan_file.read_text())["plan_id"]
+    assert "approved" in ok(cli(["approve", str(plan_file)], home, warehouse))
+    assert "2 batches ran and passed" in ok(
+        cli(["run", plan_id, "--ignore-window"], home, warehouse)
+    )
+    assert wh.checksums(spec, *history) == before  # batches write the shadow only
+    listed = json.loads(ok(cli(["list", "--format", "json"], home, warehouse)))
+    assert {"plan_id": plan_id, "target": table, "status": "approved"} in listed
+
+    ok(cli(["swap", plan_id, "--no-refresh"], home, warehouse))
+    after = wh.checksums(spec, *history)
+    changed = {d for d in before if before[d] != after[d]}
+    days = {START + dt.timedelta(days=i) for i in range((END - START).days + 1)}
+    assert changed == days  # the fix reached exactly the planned days
+
+    ok(cli(["rollback", plan_id, "--no-refresh"], home, warehouse))
+    assert wh.checksums(spec, *history) == before  # checksums restored
+
+
+def test_the_cli_knows_its_version_and_the_projects_tables(shop, home, tmp_path):
+    assert ok(cli(["--version"], home, tmp_path / "wh.duckdb")).startswith("backfill-assets 0.")
+    done = cli(
+        ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-06"],
+        home,
+        tmp_path / "wh.duckdb",
+    )
+    assert done.returncode == 2
+    # The tables come from the shop's code location (the YAML component's included), not the
+    # example's.
+    assert "backfillable tables are ['clicks', 'events', 'stores']" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_daily_run_of_one_table_blocks_its_own_batches_but_not_another_tables(
+    shop, tmp_path, monkeypatch
+):
+    from shop.definitions import defs as location  # type: ignore[import-not-found]
+
+    from backfill_assets.errors import WriterBusy
+    from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.planner import plan_backfill
+    from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.runs import run_job
+    from backfill_assets.service.tables import backfill_tables
+    from tests.helpers import NOW, execute
+
+    warehouse = tmp_path / "shop.duckdb"
+    monkeypatch.setenv(WAREHOUSE_ENV, str(warehouse))
+    wh = seed(shop, warehouse)
+    defs = location()
+    tables = backfill_tables(defs)
+    home = tmp_path / "home"
+    home.mkdir()
+    config = yaml.safe_load((REPO / "dagster_home" / "dagster.yaml").read_text())
+    overrides = {"concurrency": config["concurrency"]}
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
+        plans = {}
+        for name in ("events", "stores"):
+            plan = plan_backfill(
+                PlanRequest(name, "2026-01-05", "2026-01-11", "03:00-23:59", None, "backup"),
+                asset_graph=defs.resolve_asset_graph(),
+                tables=tables,
+                instance=instance,
+                warehouse=wh,
+                now=NOW,
+            )
+            approve_plan(instance, wh, tables[name], plan, "tests")
+            plans[name] = plan
+
+        # The daily run of `stores` holds its table: it is inside its build, past its lease.
+        yesterday = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)
+        shop.BUILD_GATE.clear()
+        shop.ENTERED_BUILD.clear()
+        results: list[bool] = []
+        daily = threading.Thread(
+            target=lambda: results.append(
+                run_job(defs, "stores_daily", instance, partition_key=yesterday.isoformat()).success
+            )
+        )
+        daily.start()
+        try:
+            assert shop.ENTERED_BUILD.wait(timeout=120), "the daily run never reached its build"
+            # A batch of `events` goes ahead: one writer per table, not per instance.
+            reports = execute(defs, instance, wh, plans["events"], ignore_window=True)
+            assert [r.status for r in reports] == ["passed"]
+            # A batch of `stores` does not: its table is being written by the daily run.
+            with pytest.raises(WriterBusy, match=r"stores is being written by run .*stores_daily"):
+                execute(defs, instance, wh, plans["stores"], ignore_window=True, wait_s=2)
+        finally:
+            shop.BUILD_GATE.set()
+            daily.join(timeout=120)
+        assert results == [True]
+        # Once the daily run is over, the same batch runs.
+        reports = execute(defs, instance, wh, plans["stores"], ignore_window=True)
+        assert [r.status for r in reports] == ["passed"]
+
+
+def test_dagster_validates_both_code_locations(home, tmp_path):
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    env = {**os.environ, "DAGSTER_HOME": str(home), WAREHOUSE_ENV: str(tmp_path / "w.duckdb")}
+    for args, cwd in (
+        (["definitions", "validate", "-w", "workspace.yaml"], REPO),
+        (["definitions", "validate", "-m", "shop.definitions"], PROJECT),
+    ):
+        done = subprocess.run(
+            [dagster, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "All code locations passed validation" in done.stdout + done.stderr
