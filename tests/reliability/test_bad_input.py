@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +33,14 @@ from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 from backfill_assets.service.runs import run_job
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
-from tests.reliability.harness import SPEC, bad_input, expect_target, state, target_checksums
+from tests.reliability.harness import (
+    PROJECT_ROOT,
+    SPEC,
+    bad_input,
+    expect_target,
+    state,
+    target_checksums,
+)
 
 INJECTED_KEY = "2026-01-01'; drop table orders_daily; --"
 INJECTED_TARGET = 'orders_daily"; drop table x; --'
@@ -353,3 +363,109 @@ def test_approve_and_run_refuse_an_edited_or_broken_plan_file(env, capsys, case)
     # Regression: `run FILE` read the file for its id only, so an edited copy of an approved
     # plan ran the stored plan as if the edits did not exist.
     refused(env, capsys, ["run", str(path)], "not approved" if case in CONSISTENT else needle)
+
+
+# -- round two: what an independent probe found (each a regression) --------------------------------
+
+# Predicates that parsed as tokens but were wrong: a dangling operator failed only when the gate
+# ran (after the batch wrote the shadow); an impossible date literal was accepted.
+WRONG_PREDICATES = {
+    "dangling_and": ("net_amount >= 0 and", "not a complete SQL expression"),
+    "impossible_date": ("order_date < date '9999-99-99'", "is not a real date"),
+    "impossible_timestamp": ("ordered_at < timestamp '2026-13-01 00:00:00'", "not a real"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WRONG_PREDICATES))
+def test_a_wrong_predicate_is_refused_at_plan_and_approve_time(env, capsys, case):
+    predicate, needle = WRONG_PREDICATES[case]
+    crit = env.root / f"wrong_{case}.yml"
+    crit.write_text(_criteria_yaml(predicate))
+    args = ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-10", *PLAN_ARGS]
+    refused(env, capsys, [*args, "--criteria", str(crit)], needle)
+    criteria = json.loads(env.plan.to_json())["criteria"]
+    criteria["invariants"] = [{"name": "wrong", "predicate": predicate}]
+    path = env.root / f"wrong_plan_{case}.json"
+    path.write_text(json.dumps(_tampered(env.plan, criteria=criteria)))
+    refused(env, capsys, ["approve", str(path)], needle)
+
+
+def test_a_window_in_full_width_digits_is_refused(env, capsys):
+    # Regression: `\d` matched full-width digits, and int() read them.
+    window = "\uff10\uff12:\uff10\uff10-\uff10\uff16:\uff10\uff10"
+    refused(env, capsys, ["plan", "orders_daily", "--start", "2026-01-05", "--end",
+                          "2026-01-10", "--window", window, "--timezone", "UTC",
+                          "--rollback", "backup"], "is not HH:MM-HH:MM")  # fmt: skip
+
+
+def _deep_json(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+BAD_FILES = {
+    # name: (bytes of the file, what the refusal says)
+    "binary_10_mb": (bytes(range(256)) * (10 * 4096), "that is not a plan file"),
+    "binary_small": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe" * 64, "not UTF-8 text"),
+    "nested_100000_deep": (_deep_json(100_000).encode(), "nested too deeply"),
+    "nul_bytes": (b'{"schema_version": 1\x00}', "not valid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_a_plan_file_that_is_not_a_plan_is_refused_without_a_traceback(env, capsys, case):
+    # Regression: a 10 MB binary file raised UnicodeDecodeError, JSON nested 100,000 deep
+    # raised RecursionError: tracebacks, not exit 2.
+    data, needle = BAD_FILES[case]
+    path = env.root / f"bad_{case}.json"
+    path.write_bytes(data)
+    refused(env, capsys, ["approve", str(path)], needle)
+    refused(env, capsys, ["run", str(path)], needle)
+    refused(env, capsys, ["status", str(path)], needle)
+
+
+BAD_CRITERIA = {
+    "binary": (bytes(range(256)) * 16, "not UTF-8 text"),
+    "nul_in_text": (b"sample:\n  size: 5\x00\n", "NUL bytes"),
+    "nested_deep": (b"[" * 5000 + b"]" * 5000, "criteria"),
+    "not_a_mapping": (b"- 1\n- 2\n", "must be a mapping"),
+    "huge": (b"#" * (9 * 1024 * 1024), "not a criteria file"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CRITERIA))
+def test_a_criteria_file_that_is_not_yaml_criteria_is_refused_without_a_traceback(
+    env, capsys, case
+):
+    # Regression: a binary criteria file raised UnicodeDecodeError.
+    data, needle = BAD_CRITERIA[case]
+    path = env.root / f"bad_criteria_{case}.yml"
+    path.write_bytes(data)
+    args = ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-10", *PLAN_ARGS]
+    refused(env, capsys, [*args, "--criteria", str(path)], needle)
+
+
+def test_output_into_a_closed_pipe_is_no_traceback_and_the_command_completes(env, tmp_path):
+    # Regression: `backfill-assets rollback ... | head -1` died with BrokenPipeError after its
+    # first line, before the rest of its work.
+    bad_input()
+    before = state(env.instance, env.path)
+    exe = Path(sys.executable).with_name("backfill-assets")
+    shell_env = {
+        **os.environ,
+        "DAGSTER_HOME": str(env.instance.root_directory),
+        WAREHOUSE_ENV: str(env.path),
+    }
+    done = subprocess.run(
+        f"'{exe}' list | head -c 1; '{exe}' status {env.plan.plan_id} | head -n 1; "
+        f"echo exit=${{PIPESTATUS[0]}}",
+        shell=True,
+        executable="/bin/bash",
+        cwd=PROJECT_ROOT,
+        env=shell_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.stdout.strip().endswith("exit=0"), done.stdout
+    assert state(env.instance, env.path) == before

@@ -96,8 +96,11 @@ _CAST_TYPES = frozenset(
         "TEXT",
         "DATE",
         "TIMESTAMP",
+        "TIMESTAMPNTZ",
+        "DATETIME",
     }
 )
+_TIMESTAMPS = frozenset({"TIMESTAMP", "TIMESTAMPNTZ", "DATETIME"})
 
 
 def _refuse(predicate: str, why: str) -> InvalidInput:
@@ -152,11 +155,12 @@ def _check_cast(predicate: str, node: exp.Cast) -> None:
         try:
             if name.upper() == "DATE":
                 dt.date.fromisoformat(text)
-            elif name.upper() == "TIMESTAMP":
+            elif name.upper() in _TIMESTAMPS:
                 dt.datetime.fromisoformat(text)
         except ValueError:
+            kind = "date" if name.upper() == "DATE" else "timestamp"
             raise _refuse(
-                predicate, f"{text!r} is not a real {name.lower()} (use YYYY-MM-DD)"
+                predicate, f"{text!r} is not a real {kind} (use YYYY-MM-DD[ HH:MM:SS])"
             ) from None
 
 

@@ -1,7 +1,6 @@
 """The shop's code location: its own sources and daily jobs, merged with what backfill_assets
 contributes for its tables (two declared in Python, one in YAML under defs/)."""
 
-
 from pathlib import Path
 
 import dagster as dg
