@@ -24,7 +24,7 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,8 @@ class DuckDBWarehouse:
                         f"warehouse {self.path} is held by another process and stayed locked for "
                         f"{self.lock_timeout_s:.0f}s; stop that process or retry later ({msg})"
                     ) from e
+                if not read_only and _unwritable_reason(msg):
+                    raise self._unwritable(e) from e
                 raise WarehouseError(f"cannot open warehouse {self.path}: {msg}") from e
             except duckdb.Error as e:
                 raise WarehouseError(
@@ -116,14 +118,31 @@ class DuckDBWarehouse:
 
     @contextmanager
     def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One transaction: committed whole, or rolled back whole on any error.
+
+        A warehouse that cannot be written (a full disk, a read-only file system) raises
+        WarehouseError saying so; nothing of the transaction is committed.
+        """
         with self.connect() as con:
             con.execute("BEGIN TRANSACTION")
             try:
                 yield con
-            except BaseException:
-                con.execute("ROLLBACK")
+                con.execute("COMMIT")
+            except BaseException as e:
+                with suppress(duckdb.Error):  # a failed COMMIT has already rolled back
+                    con.execute("ROLLBACK")
+                if isinstance(e, duckdb.IOException) or (
+                    isinstance(e, duckdb.Error) and _unwritable_reason(str(e))
+                ):
+                    raise self._unwritable(e) from e
                 raise
-            con.execute("COMMIT")
+
+    def _unwritable(self, e: duckdb.Error) -> WarehouseError:
+        msg = str(e)
+        why = _unwritable_reason(msg) or "it could not be written; fix the cause and run again"
+        return WarehouseError(
+            f"warehouse {self.path}: {why}. Nothing of this write was committed ({msg.strip()})"
+        )
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
         """Run one statement in its own transaction and fetch every row (for set-up and tests)."""
@@ -838,6 +857,15 @@ class DuckDBWarehouse:
     def live_week_count(self, spec: TableSpec) -> int:
         with self.connect(read_only=True) as con:
             return len(self._week_tables(con, spec.name))
+
+
+def _unwritable_reason(msg: str) -> str | None:
+    low = msg.lower()
+    if "no space left" in low or "disk full" in low:
+        return "its disk is full; free space (or move the file) and run the command again"
+    if "read-only" in low or "read only" in low or "permission denied" in low:
+        return "it cannot be written (read-only); make it writable and run the command again"
+    return None
 
 
 def _rows_of(checksum: str | None) -> int:
