@@ -313,6 +313,8 @@ def cmd_list(a: argparse.Namespace) -> int:
 
 def _swap_like(a: argparse.Namespace, kind: str) -> int:
     from backfill_assets.constants import rollback_job, swap_job, swap_run_config
+    from backfill_assets.errors import SwapRefused
+    from backfill_assets.lib.states import PlanStatus
     from backfill_assets.service.executor import refuse_unless_local, run_error
     from backfill_assets.service.plans import load_plan
     from backfill_assets.service.refresh import refresh_downstream
@@ -321,9 +323,27 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
 
     c = _context(a)
     plan_id = _plan_id_arg(a.plan)
-    plan, _ = load_plan(c.instance, plan_id)
+    plan, status = load_plan(c.instance, plan_id)
     table = table_for(c.tables, plan.target, what=f"plan {plan_id}'s target")
     refuse_unless_local(c.instance, f"backfill-assets {kind}")
+    # Say so now rather than after waiting for the table's writer.
+    allowed = (
+        (PlanStatus.APPROVED, PlanStatus.SWAPPED)
+        if kind == "swap"
+        else (
+            PlanStatus.SWAPPED,
+            PlanStatus.ROLLED_BACK,
+        )
+    )
+    if status not in allowed:
+        raise SwapRefused(
+            f"plan {plan_id} is {status}; only "
+            + (
+                "an approved plan can be swapped"
+                if kind == "swap"
+                else "a swapped plan whose backup was not released can be rolled back"
+            )
+        )
     job = swap_job(plan.target) if kind == "swap" else rollback_job(plan.target)
     with _runs_output_to_log() as log:
         result = run_as_writer(

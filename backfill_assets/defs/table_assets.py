@@ -49,7 +49,12 @@ from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.batch_driver import drive, follow_swaps
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
-from backfill_assets.service.lease import Waiting, acquire_writer, holder_for_run
+from backfill_assets.service.lease import (
+    Waiting,
+    acquire_writer,
+    holder_for_run,
+    mark_this_process,
+)
 from backfill_assets.service.plans import latest_plan_record, plan_criteria
 from backfill_assets.service.runs import code_location
 from backfill_assets.service.swap import (
@@ -97,6 +102,7 @@ def _claim(context: Any, wh: Any, table: BackfillableTable, role: str, plan_id: 
             f"({w.waited_s:.0f} s so far, at most {table.writer_wait_seconds:.0f} s)"
         )
 
+    mark_this_process(context.instance, context.run)
     holder = holder_for_run(context.run_id, role=role, job_name=context.job_name, plan_id=plan_id)
     acquire_writer(
         context.instance,

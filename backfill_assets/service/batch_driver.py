@@ -26,6 +26,7 @@ from backfill_assets.constants import (
     BATCH_TAG,
     PARTITION_TAG,
     PLAN_ID_TAG,
+    REAPED_TAG,
     ROLE_DAILY,
     ROLE_ROLLBACK,
     ROLE_SWAP,
@@ -46,6 +47,7 @@ from backfill_assets.service.batch_decision import Decision, RunFact, batch_run_
 from backfill_assets.service.executor import batch_done, batch_tags
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
+from backfill_assets.service.lease import reap_dead_local_runs
 from backfill_assets.service.plans import (
     DRIVING,
     OVERRUN,
@@ -132,6 +134,15 @@ def plan_facts(
     records = instance.get_run_records(
         dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=RUN_HISTORY_LIMIT
     )  # newest first
+    # A run of the plan whose process is gone (a crash, the whole instance restarted) would
+    # stay STARTED forever and hold the plan: mark it failed (reaped) and read again.
+    if reap_dead_local_runs(
+        instance,
+        [r.dagster_run for r in records if r.dagster_run.status in IN_PROGRESS_RUN_STATUSES],
+    ):
+        records = instance.get_run_records(
+            dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=RUN_HISTORY_LIMIT
+        )
     active: list[RunFact] = []
     finished: dict[int, list[dg.RunRecord]] = defaultdict(list)
     for rec in records:
@@ -152,6 +163,9 @@ def plan_facts(
         attempts[batch.index] = len(runs)
         latest = runs[0] if runs else None
         if latest is None or latest.dagster_run.status == dg.DagsterRunStatus.SUCCESS:
+            states[batch.index] = BatchState.PENDING
+        elif REAPED_TAG in latest.dagster_run.tags:
+            # Interrupted, not failed: its process died. Run the batch again (a new attempt).
             states[batch.index] = BatchState.PENDING
         elif started_at is not None and latest.create_timestamp < started_at:
             # The plan was started again after this failure: re-run the batch.

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from backfill_assets.constants import HOST_TAG, PID_TAG
+from backfill_assets.constants import HOST_TAG, PID_TAG, REAPED_TAG
 from backfill_assets.errors import WarehouseError, WriterBusy
 from backfill_assets.lib.states import FINISHED_RUN_STATUSES
 from backfill_assets.lib.warehouse.base import LeaseHolder, Warehouse
@@ -124,10 +124,20 @@ def gone_reason(
 
 
 def reap_run(instance: dg.DagsterInstance, run: dg.DagsterRun, why: str) -> None:
-    """Mark a run whose process died as failed and free any concurrency slots it held."""
+    """Mark a run whose process died as failed (tagged as reaped: it was interrupted, it did not
+    fail on its own) and free any concurrency slots it held."""
+    instance.add_run_tags(run.run_id, {REAPED_TAG: why[:200]})
     instance.report_run_failed(run, message=why)
     if instance.event_log_storage.supports_global_concurrency_limits:
         instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
+def mark_this_process(instance: dg.DagsterInstance, run: dg.DagsterRun) -> None:
+    """Tag a run with the process (pid, host) its writing step runs in, so that if the process
+    dies (a SIGKILL, a restart of the whole instance) the run can be told dead and reaped
+    instead of staying STARTED forever. In-process runs carry these tags from their creation."""
+    if run.tags.get(PID_TAG) != str(os.getpid()) or run.tags.get(HOST_TAG) != this_host():
+        instance.add_run_tags(run.run_id, {PID_TAG: str(os.getpid()), HOST_TAG: this_host()})
 
 
 def dead_local_runs(runs: list[dg.DagsterRun]) -> list[dg.DagsterRun]:

@@ -130,13 +130,55 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | Non
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
+def start_dev(instance: dg.DagsterInstance, warehouse: Path, log: Path, today: dt.date):
+    """`dagster dev` on a free 127.0.0.1 port over the instance's DAGSTER_HOME and `warehouse`,
+    answering and with its code location loaded; returns the process and the Dev."""
+    port = _free_port()
+    dagster = str(Path(sys.executable).with_name("dagster"))
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [
+                dagster,
+                "dev",
+                "-w",
+                str(REPO / "workspace.yaml"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(port),
+            ],
+            cwd=REPO,
+            env=os.environ.copy(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
+    d = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
+    try:
+        wait_for("the webserver", lambda: _answers(d.url), STARTUP_TIMEOUT_S, d)
+        wait_for(
+            "the code location",
+            lambda: _sensor_ticks(d, DRIVER_SENSOR) is not None,
+            STARTUP_TIMEOUT_S,
+            d,
+        )
+        # Refreshing the weekly marts after a daily run is production behaviour tested on its
+        # own; here it would only hold the table's writer for a dbt run between batches.
+        stop_sensor(d, WEEKLY_REFRESH_SENSOR)
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, d
+
+
 @contextlib.contextmanager
 def dev_server(
     tmp: Path, seed: Callable[[dg.DagsterInstance, Path, dt.date], T]
 ) -> Iterator[tuple[Dev, T]]:
-    """`dagster dev` on a free 127.0.0.1 port over a fresh DAGSTER_HOME (the shipped
-    dagster.yaml) and warehouse, after `seed(instance, warehouse, today)` has filled them: the
-    test process must be done writing DuckDB before the server's runs start writing it."""
+    """`dagster dev` over a fresh DAGSTER_HOME (the shipped dagster.yaml) and warehouse, after
+    `seed(instance, warehouse, today)` has filled them: the test process must be done writing
+    DuckDB before the server's runs start writing it."""
     home = tmp / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
@@ -147,40 +189,8 @@ def dev_server(
         mp.setenv(WAREHOUSE_ENV, str(warehouse))
         instance = dg.DagsterInstance.get()
         seeded = seed(instance, warehouse, today)
-        port = _free_port()
-        log = tmp / "dagster-dev.log"
-        dagster = str(Path(sys.executable).with_name("dagster"))
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [
-                    dagster,
-                    "dev",
-                    "-w",
-                    str(REPO / "workspace.yaml"),
-                    "-h",
-                    "127.0.0.1",
-                    "-p",
-                    str(port),
-                ],
-                cwd=REPO,
-                env=os.environ.copy(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_default_sigint,
-            )
-        d = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
+        proc, d = start_dev(instance, warehouse, tmp / "dagster-dev.log", today)
         try:
-            wait_for("the webserver", lambda: _answers(d.url), STARTUP_TIMEOUT_S, d)
-            wait_for(
-                "the code location",
-                lambda: _sensor_ticks(d, DRIVER_SENSOR) is not None,
-                STARTUP_TIMEOUT_S,
-                d,
-            )
-            # Refreshing the weekly marts after a daily run is production behaviour tested on
-            # its own; here it would only hold the writer tag for a dbt run between batches.
-            stop_sensor(d, WEEKLY_REFRESH_SENSOR)
             yield d, seeded
         finally:
             _stop(proc)

@@ -1,0 +1,128 @@
+"""The whole instance restarted mid-plan: webserver, daemon, code server and the batch's run worker
+killed at once (SIGKILL to `dagster dev`'s process group) while a batch writes, then started again.
+
+No batch runs twice to success (run keys are deterministic per attempt), the killed batch's run
+is reaped rather than left STARTED forever, and the driver resumes the plan inside its window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import os
+import shutil
+import signal
+import time
+from collections import defaultdict
+
+import dagster as dg
+import pytest
+
+from backfill_assets.constants import BATCH_TAG, PID_TAG, REAPED_TAG
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.batch_driver import start_plan
+from backfill_assets.service.plans import approve_plan
+from tests.e2e.test_daemon import (
+    REPO,
+    RUN_TIMEOUT_S,
+    UTC,
+    _seed_history,
+    plan_now,
+    plan_runs,
+    start_dev,
+    wait_for,
+    window_around,
+)
+
+pytestmark = pytest.mark.slow
+BIG_DAY = 150_000  # orders a day in the plan's range
+
+
+def _poll(check, timeout: float):
+    """Poll fast (a batch's write lasts seconds): the first truthy value, or None."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    return None
+
+
+def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_duplicate(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    warehouse = tmp_path / "warehouse.duckdb"
+    today = dt.datetime.now(UTC).date()
+    log = tmp_path / "dagster-dev.log"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAGSTER_HOME", str(home))
+        mp.setenv(WAREHOUSE_ENV, str(warehouse))
+        instance = dg.DagsterInstance.get()
+        _seed_history(instance, warehouse, today)
+        proc, dev = start_dev(instance, warehouse, log, today)
+        try:
+            now = dt.datetime.now(UTC)
+            d12 = today - dt.timedelta(days=12)
+            monday = d12 - dt.timedelta(days=d12.weekday())
+            window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=3))
+            plan = plan_now(
+                dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window
+            )
+            assert len(plan.batches) == 2
+            approve_plan(instance, DuckDBWarehouse(warehouse), ORDERS, plan, "e2e")
+            start_plan(instance, plan.plan_id, "e2e", now)
+
+            def batch_one_writing() -> dg.DagsterRun | None:
+                for rec in plan_runs(dev, plan.plan_id):
+                    run = rec.dagster_run
+                    if run.tags.get(BATCH_TAG) == "1" and PID_TAG in run.tags:
+                        return run if run.status == dg.DagsterRunStatus.STARTED else None
+                return None
+
+            # Batch 1's writing step has started (it tagged its run with its process).
+            killed = _poll(batch_one_writing, RUN_TIMEOUT_S)
+            assert killed is not None, dev.log_tail()
+        finally:
+            # Everything at once: webserver, daemon, code server, run worker.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(killed.tags[PID_TAG]), signal.SIGKILL)  # if it had its own session
+
+        proc, dev = start_dev(instance, warehouse, log, today)
+        try:
+
+            def all_passed() -> dict[str, list[str]] | None:
+                by_batch: dict[str, list[str]] = defaultdict(list)
+                for rec in reversed(plan_runs(dev, plan.plan_id)):  # oldest first
+                    run = rec.dagster_run
+                    if BATCH_TAG in run.tags:
+                        by_batch[run.tags[BATCH_TAG]].append(run.status.value)
+                done = all(v and v[-1] == "SUCCESS" for v in by_batch.values())
+                return dict(by_batch) if done and set(by_batch) == {"1", "2"} else None
+
+            runs = wait_for(
+                "the plan to finish after the restart", all_passed, 4 * RUN_TIMEOUT_S, dev
+            )
+            # The killed attempt was reaped (marked failed: its process is gone), not left
+            # STARTED; then batch 1 ran once more and batch 2 once.
+            assert runs == {"1": ["FAILURE", "SUCCESS"], "2": ["SUCCESS"]}, runs
+            first = instance.get_run_by_id(killed.run_id)
+            assert first is not None and REAPED_TAG in first.tags
+            batch_one = [
+                r.dagster_run
+                for r in plan_runs(dev, plan.plan_id)
+                if r.dagster_run.tags.get(BATCH_TAG) == "1"
+            ]
+            keys = {r.tags.get("dagster/run_key") for r in batch_one}
+            assert len(keys) == len(batch_one)  # each attempt its own run key
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)
+            instance.dispose()
