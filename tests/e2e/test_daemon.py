@@ -470,3 +470,138 @@ def _end(rec: dg.RunRecord, d: Dev) -> float:
     done = succeeded(d, rec.dagster_run.run_id)
     assert done.end_time is not None
     return done.end_time
+
+
+LAUNCH_BACKFILL = """
+mutation($backfillParams: LaunchBackfillParams!) {
+  launchPartitionBackfill(backfillParams: $backfillParams) {
+    __typename
+    ... on LaunchBackfillSuccess { backfillId }
+    ... on PythonError { message }
+  }
+}
+"""
+
+
+def step_failure(d: Dev, run_id: str) -> str:
+    """What a failed run's step said: its Failure's description, else its error message."""
+    for rec in d.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+        data = rec.dagster_event.event_specific_data if rec.dagster_event else None
+        info = getattr(data, "user_failure_data", None)
+        if info is not None and info.description:
+            return info.description
+        error = getattr(data, "error", None)
+        if error is not None:
+            return error.message
+    return ""
+
+
+def quiet_checksums(
+    d: Dev, start: dt.date, end: dt.date, *, shadow: bool = False
+) -> dict[dt.date, str]:
+    """The target's (or its shadow's) checksums, read while no run writes the warehouse
+    (DuckDB: one process)."""
+    wait_for(
+        "no run writing the warehouse",
+        lambda: not writer_runs_in_progress(d.instance, ORDERS),
+        3 * RUN_TIMEOUT_S,
+        d,
+    )
+    return DuckDBWarehouse(d.warehouse, lock_timeout_s=30).checksums(
+        ORDERS.spec, start, end + dt.timedelta(days=1), shadow=shadow
+    )
+
+
+def test_a_backfill_of_the_target_launched_as_the_ui_does_writes_nothing_and_proposes_a_plan(
+    dev,
+):
+    # Regression: a UI backfill of orders_daily over past days rewrote the live table directly
+    # (no plan, shadow, gates or backup) and succeeded.
+    claim_target(dev)
+    start = dev.today - dt.timedelta(days=18)
+    end = start + dt.timedelta(days=4)
+    before = quiet_checksums(dev, start, end)
+    keys = [(start + dt.timedelta(days=i)).isoformat() for i in range(5)]
+    params = {
+        "assetSelection": [{"path": [ORDERS.key]}],
+        "partitionNames": keys,
+        "fromFailure": False,
+        "tags": [],
+    }
+    result = dev.graphql(LAUNCH_BACKFILL, {"backfillParams": params})["launchPartitionBackfill"]
+    assert result["__typename"] == "LaunchBackfillSuccess", result
+    backfill = result["backfillId"]
+
+    def backfill_run() -> dg.RunRecord | None:
+        recs = dev.instance.get_run_records(dg.RunsFilter(tags={"dagster/backfill": backfill}))
+        return recs[0] if recs and recs[0].dagster_run.is_finished else None
+
+    run = wait_for("the backfill's run to finish", backfill_run, 3 * RUN_TIMEOUT_S, dev)
+    assert run.dagster_run.status == dg.DagsterRunStatus.FAILURE
+    why = step_failure(dev, run.dagster_run.run_id)
+    assert why.startswith("Refused: this run of __ASSET_JOB would write the live table")
+    assert "Nothing was written" in why
+    proposed = [
+        pid
+        for pid, (target, status) in plan_statuses(dev.instance).items()
+        if target == ORDERS.key and status == "proposed"
+    ]
+    assert any(f"Plan {pid} (proposed) covers that range instead" in why for pid in proposed)
+    assert quiet_checksums(dev, start, end) == before  # the live table is unchanged
+
+
+def cli(d: Dev, *args: str, timeout_s: str = "5") -> subprocess.CompletedProcess[str]:
+    """`backfill-assets` as an operator runs it beside the deployment, on the same instance."""
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": d.instance.root_directory,
+        WAREHOUSE_ENV: str(d.warehouse),
+        "BACKFILL_ASSETS_LOCK_TIMEOUT_S": timeout_s,
+        "PYTHONWARNINGS": "ignore",
+    }
+    exe = str(Path(sys.executable).with_name("backfill-assets"))
+    return subprocess.run(
+        [exe, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_plan_driven_by_the_daemon_and_the_cli_never_act_at_once(dev):
+    claim_target(dev)
+    now = dt.datetime.now(UTC)
+    window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=2))
+    d12 = dev.today - dt.timedelta(days=12)
+    monday = d12 - dt.timedelta(days=d12.weekday())
+    plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
+    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
+    started = cli(dev, "start", plan.plan_id)
+    assert started.returncode == 0, started.stderr
+    # While the daemon drives it, the CLI refuses to run it, and says why...
+    run = cli(dev, "run", plan.plan_id, "--ignore-window")
+    assert run.returncode == 2 and "being driven by the daemon" in run.stderr
+    # ... a rollback is refused at once (nothing is swapped)...
+    rollback = cli(dev, "rollback", plan.plan_id, "--no-refresh")
+    assert rollback.returncode == 2 and "only a swapped plan" in rollback.stderr
+    # ... and a swap before every batch passed is refused too: either the table is being
+    # written by one of the daemon's batches, or the gates are not all run yet.
+    swap = cli(dev, "swap", plan.plan_id, "--no-refresh")
+    assert swap.returncode == 2
+    assert "is being written by run" in swap.stderr or "cannot be swapped" in swap.stderr
+
+    def all_batches_passed() -> bool:
+        ticks = _sensor_ticks(dev, DRIVER_SENSOR) or []
+        return any(f"plan {plan.plan_id}: all batches passed" in (t["skipReason"] or "")
+                   for t in ticks)  # fmt: skip
+
+    wait_for("the daemon to pass every batch", all_batches_passed, 3 * RUN_TIMEOUT_S, dev)
+    before = quiet_checksums(dev, plan.start, plan.end)
+    validated = quiet_checksums(dev, plan.start, plan.end, shadow=True)
+    assert sorted(validated) == sorted(before)  # every day of the plan has a validated shadow
+    # Now only the CLI acts: it swaps, and the daemon launches nothing more for the plan.
+    swapped = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="60")
+    assert swapped.returncode == 0, swapped.stderr
+    assert quiet_checksums(dev, plan.start, plan.end) == validated
+    rolled = cli(dev, "rollback", plan.plan_id, "--no-refresh", timeout_s="60")
+    assert rolled.returncode == 0, rolled.stderr
+    assert quiet_checksums(dev, plan.start, plan.end) == before
+    batch_runs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
+    assert sorted(r.dagster_run.tags[BATCH_TAG] for r in batch_runs) == ["1", "2"]
