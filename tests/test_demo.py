@@ -1,32 +1,69 @@
-"""`make demo`'s main job, on tiny data: the story and the corruption scenario end to end."""
+"""`make demo`'s main job, on tiny data: the story and the corruption scenario end to end.
+
+The demo resets its own state, so it runs again and again in the same DAGSTER_HOME (the
+project's dagster.yaml) and warehouse: here a first demo is killed half-way, mid-batch, and a
+second one runs to the end in the same place.
+"""
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+EXE = Path(sys.executable).with_name("backfill-assets-example")
+DEMO = [str(EXE), "demo", "--rows-per-day", "150"]
+KILL_AT = "batch  5/14"  # mid-plan: a batch run in flight, the plan approved and claimed
+BOUND_S = 600
 
-@pytest.mark.slow
-def test_the_demo_tells_the_whole_story_and_exits_0(tmp_path):
+
+@pytest.fixture
+def demo_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
-    env = {
+    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    return {
         **os.environ,
         "DAGSTER_HOME": str(home),
-        "BACKFILL_ASSETS_WAREHOUSE": str(tmp_path / "warehouse.duckdb"),
+        "BACKFILL_ASSETS_WAREHOUSE": str(tmp_path / "data" / "warehouse.duckdb"),
     }
-    exe = Path(sys.executable).with_name("backfill-assets-example")
-    done = subprocess.run(
-        [str(exe), "demo", "--rows-per-day", "150"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
+
+
+def kill_half_way(env: dict[str, str]) -> str:
+    """Start the demo, SIGKILL it once it is in the middle of the plan's batches."""
+    proc = subprocess.Popen(
+        DEMO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
     )
+    assert proc.stdout is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + BOUND_S
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if KILL_AT in line or time.monotonic() > deadline:
+                break
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    out = "".join(seen)
+    assert KILL_AT in out, out
+    return out
+
+
+@pytest.mark.slow
+def test_the_demo_killed_half_way_then_run_again_tells_the_whole_story_and_exits_0(demo_env):
+    first = kill_half_way(demo_env)
+    assert "[swap]" not in first  # killed before anything was swapped
+
+    done = subprocess.run(DEMO, capture_output=True, text=True, env=demo_env, timeout=BOUND_S)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "(demo state was reset" in out
     assert "[swap] 90 partitions moved into orders_daily atomically" in out
     assert "-> 0;" in out  # no order left with a wrong FX rate
     assert "[halted]" in out and "sample_gate" in out

@@ -2,13 +2,15 @@
 
 The tests share one server (tests/ui/conftest.py `story`) and run in file order, like a user's
 session: first they read the seeded state (lineage, gates, the plan), then they act on it by
-clicks (a refused swap; the fix, then the plan started and going around a daily run; a batch
-launched by hand queued behind a daily run; the swap).
+clicks (the target's own Materialize button, refused with a proposed plan; a refused swap; the
+fix, then the plan started and going around a daily run; a batch launched by hand queued behind
+a daily run; the swap).
 Each one saves the screenshots docs/ui.md shows.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +32,15 @@ from backfill_assets.constants import (
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
 from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES
-from tests.e2e.test_daemon import RUN_TIMEOUT_S, defs, plan_runs, wait_for
+from backfill_assets.service.plans import plan_statuses
+from tests.e2e.test_daemon import (
+    RUN_TIMEOUT_S,
+    defs,
+    plan_runs,
+    quiet_checksums,
+    step_failure,
+    wait_for,
+)
 from tests.ui.story import ROWS_PER_DAY, Story
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -273,7 +283,73 @@ def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(story: Story, page
     shot(page, "ui-plan-markdown")
 
 
-# -- 4. a refused swap ---------------------------------------------------------------------------
+# -- 4. the target's own Materialize button ------------------------------------------------------
+
+
+def test_materializing_the_target_from_its_page_writes_nothing_and_proposes_a_plan(
+    story: Story, page: Page, shot: Shot
+):
+    """The asset page's Materialize button is the obvious way to "just re-run" old days. It
+    launches a backfill of the target; its run is refused before anything is written, says why,
+    and leaves a proposed plan for the same range on backfill_plans."""
+    dev = story.dev
+    start = dev.today - dt.timedelta(days=27)  # history the story's plan does not cover
+    end = start + dt.timedelta(days=2)
+    before = quiet_checksums(dev, start, end)
+    proposed_before = set(proposed_plans(story))
+
+    page.goto(story.url(f"/assets/{ORDERS.key}"))
+    page.get_by_role("button", name="Materialize…").first.click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog).to_contain_text(f"Launch runs to materialize {ORDERS.key}")
+    # The partition selection opens empty ("No matching partitions"); type the range.
+    box = dialog.get_by_placeholder("No matching partitions")
+    box.fill(f"[{start}...{end}]")
+    box.press("Enter")
+    expect(dialog.get_by_text("3 partitions", exact=True)).to_be_visible()
+    shot(page, "ui-target-materialize")
+    dialog.get_by_role("button", name="Launch backfill").click()
+    expect(dialog).to_be_hidden()
+
+    def refused_run() -> dg.DagsterRun | None:
+        runs = dev.instance.get_runs(
+            dg.RunsFilter(tags={"dagster/asset_partition_range_start": start.isoformat()})
+        )
+        done = [r for r in runs if r.is_finished]
+        return done[0] if done else None
+
+    run = wait_for("the backfill's run to finish", refused_run, 3 * RUN_TIMEOUT_S, dev)
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    why = step_failure(dev, run.run_id)
+    assert why.startswith(f"Refused: this run of {run.job_name} would write the live table")
+    new = set(proposed_plans(story)) - proposed_before
+    assert len(new) == 1, (why, new)
+    plan_id = new.pop()
+
+    # The run's page says why, and what to do instead.
+    page.goto(story.url(f"/runs/{run.run_id}"))
+    run_status(page, "Failure")
+    filter_logs(page, "type:STEP_FAILURE")
+    expect(page.get_by_text("would write the live table").first).to_be_visible()
+    expect(page.get_by_text(f"Plan {plan_id} (proposed) covers that range instead").first)\
+        .to_be_visible()  # fmt: skip
+    shot(page, "ui-target-refused")
+
+    # The proposal is on backfill_plans, for review and approval.
+    page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan_id}"))
+    expect(metadata_row(page, "status")).to_contain_text("proposed")
+    assert quiet_checksums(dev, start, end) == before  # the live table is unchanged
+
+
+def proposed_plans(story: Story) -> list[str]:
+    return [
+        pid
+        for pid, (target, status) in plan_statuses(story.dev.instance).items()
+        if target == ORDERS.key and status == "proposed"
+    ]
+
+
+# -- 5. a refused swap ---------------------------------------------------------------------------
 
 
 def test_a_swap_launched_from_the_launchpad_is_refused_while_a_gate_has_failed(
@@ -290,7 +366,7 @@ def test_a_swap_launched_from_the_launchpad_is_refused_while_a_gate_has_failed(
     assert status_of(story, run_id) == dg.DagsterRunStatus.FAILURE
 
 
-# -- 5. the fix, then the plan started from the UI, going around the daily run -------------------
+# -- 6. the fix, then the plan started from the UI, going around the daily run -------------------
 
 
 def test_a_plan_started_from_the_launchpad_runs_its_batches_around_the_daily_run(
@@ -449,7 +525,7 @@ def test_a_batch_launched_from_the_launchpad_waits_queued_while_a_daily_run_is_i
     assert queued.start_time >= daily.end_time
 
 
-# -- 6. the swap ---------------------------------------------------------------------------------
+# -- 7. the swap ---------------------------------------------------------------------------------
 
 
 def test_after_the_fix_a_swap_launched_from_the_launchpad_succeeds(
