@@ -208,3 +208,52 @@ def test_dagster_validates_both_code_locations(home, tmp_path):
         )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         assert "All code locations passed validation" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("table", ["events", "stores", "clicks"])
+def test_a_backfill_of_any_of_the_projects_tables_writes_nothing_and_says_how_to_plan(
+    shop, tmp_path, monkeypatch, table
+):
+    """The front door holds for every backfillable table of a user's project: a run of the
+    table's asset over past days (what the UI's Materialize... over a range launches) is
+    refused before writing; a table that declares a backfill window gets a proposed plan."""
+    from shop.definitions import defs as location  # type: ignore[import-not-found]
+
+    from backfill_assets.constants import PARTITION_RANGE_END_TAG, PARTITION_RANGE_START_TAG
+    from backfill_assets.service.plans import plan_statuses
+    from backfill_assets.service.runs import run_job
+    from backfill_assets.service.tables import backfill_tables
+    from tests.helpers import failure_description
+
+    warehouse = tmp_path / "shop.duckdb"
+    monkeypatch.setenv(WAREHOUSE_ENV, str(warehouse))
+    wh = seed(shop, warehouse)
+    defs = location()
+    declared = backfill_tables(defs)[table]
+    history = (HISTORY[0], HISTORY[1] + dt.timedelta(days=1))
+    if table == "clicks":  # declared in YAML: its history from its own build
+        wh.replace_partitions(declared.spec, *history, build=declared.build)  # type: ignore[arg-type]
+    before = wh.checksums(declared.spec, *history)
+    assert before
+    (tmp_path / "home").mkdir()
+    span = {PARTITION_RANGE_START_TAG: START.isoformat(), PARTITION_RANGE_END_TAG: END.isoformat()}
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        result = run_job(
+            defs, "", instance, asset_selection=[dg.AssetKey(table)], tags=span,
+            raise_on_error=False,
+        )  # fmt: skip
+        assert not result.success
+        why = failure_description(result)
+        refused = f"Refused: this run of __ASSET_JOB would write the live table {table}"
+        assert why.startswith(refused)
+        assert f"only its daily path ({declared.daily_job})" in why and "Nothing was written" in why
+        statuses = plan_statuses(instance, table).items()
+        proposed = [pid for pid, (_, status) in statuses if status == "proposed"]
+        if declared.backfill_window is None:
+            assert proposed == []
+            assert f"No plan was proposed ({table} declares no backfill_window)" in why
+            assert f"backfill-assets plan {table} --start {START} --end {END}" in why
+        else:
+            assert len(proposed) == 1
+            assert f"Plan {proposed[0]} (proposed) covers that range instead" in why
+    assert wh.checksums(declared.spec, *history) == before

@@ -33,11 +33,8 @@ from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
 from tests.helpers import refused_message
 from tests.reliability.harness import SPEC, bad_input, state
 
-SETTINGS = settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+SUPPRESSED = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=SUPPRESSED)
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4)
@@ -112,7 +109,7 @@ def test_any_plan_json_is_read_or_refused_cleanly(world, data):
         BackfillPlan.from_json(text)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, suppress_health_check=SUPPRESSED)
 @given(data=st.data())
 def test_an_edited_plan_file_is_refused_by_approve_with_one_line_and_nothing_written(
     world, capsys, data
@@ -161,7 +158,7 @@ WINDOWS = st.one_of(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, suppress_health_check=SUPPRESSED)
 @given(
     start=DATES,
     end=DATES,
@@ -198,7 +195,7 @@ def test_any_partition_key_is_parsed_or_refused_before_sql(world, key):
     assert isinstance(day, dt.date)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=12, deadline=None, suppress_health_check=SUPPRESSED)
 @given(
     start=DATES,
     end=DATES,

@@ -196,7 +196,28 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
         assert time.monotonic() - t0 < 10
         assert waiter.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
-        # 2. A short bound: it gives up after it, naming the holder and how to free it.
+        # 2. `run`, waiting to claim the table for its first batch run (claimed before the
+        # run is created), ends at SIGTERM too, and leaves no run in progress behind.
+        runner = subprocess.Popen(
+            [str(BIN / "backfill-assets"), "run", plan.plan_id, "--ignore-window"],
+            cwd=PROJECT_ROOT,
+            env=_env(instance, warehouse_path, **{LOCK_TIMEOUT_ENV: "600"}),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(10)
+        cpu0 = _cpu_seconds(runner.pid)
+        time.sleep(4)
+        cpu = _cpu_seconds(runner.pid) - cpu0
+        assert cpu < 0.5, f"the waiting run used {cpu:.2f} s of CPU in 4 s: it spins"
+        t0 = time.monotonic()
+        runner.send_signal(signal.SIGTERM)
+        _, err = runner.communicate(timeout=30)
+        assert time.monotonic() - t0 < 15
+        assert runner.returncode != 0 and "Traceback" not in err, err
+        runs = instance.get_runs(dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))
+        assert all(r.is_finished for r in runs), [r.status for r in runs]
+        # 3. A short bound: it gives up after it, naming the holder and how to free it.
         t0 = time.monotonic()
         done = subprocess.run(
             [str(BIN / "backfill-assets"), "abandon", plan.plan_id],
