@@ -104,6 +104,7 @@ print("committed", flush=True)
 CHILD_DAILY_WRITE = """
 import datetime as dt, os, time
 from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from tests.reliability.faults import install
 
