@@ -7,12 +7,12 @@ export DAGSTER_HOME := $(CURDIR)/dagster_home
 export BACKFILL_ASSETS_WAREHOUSE ?= $(CURDIR)/data/warehouse.duckdb
 export BACKFILL_ASSETS_DBT_PROJECT ?= $(CURDIR)/dbt_project
 
-.PHONY: setup demo test lint dev bench screenshots browser clean
+.PHONY: setup demo test lint dev bench screenshots browser postgres clean
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,postgres]'
 	touch $@
 
 setup: $(BIN)/.installed
@@ -23,7 +23,7 @@ demo: setup
 	$(BIN)/backfill-assets-example demo
 
 ## The whole suite: lint, type check, then every test (slow end-to-end ones included).
-test: setup browser
+test: setup browser postgres
 	$(BIN)/ruff check backfill_assets tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pyright
@@ -46,6 +46,12 @@ bench: setup
 browser:
 	@command -v chromium >/dev/null || { \
 	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium) >/dev/null; }
+
+## PostgreSQL's server binaries (Debian's package) for the throwaway servers the tests, the bench
+## and `make demo WAREHOUSE=postgres` start; the package's own cluster is not used.
+postgres:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends postgresql) >/dev/null; }
 
 screenshots: setup browser
 	$(BIN)/pytest -q -m browser tests/ui --screenshots docs/img

@@ -16,7 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +32,63 @@ ROWS_PER_DAY = 300
 def pytest_addoption(parser: pytest.Parser) -> None:
     # For the browser tests in tests/ui (`make screenshots`); options must be declared here.
     parser.addoption("--screenshots", metavar="DIR", help="save the UI tests' screenshots in DIR")
+
+
+# The backends a test runs on: "embedded" (a DuckDB file and Dagster's SQLite storage, the
+# default) and "postgres" (a PostgreSQL warehouse and Dagster's PostgreSQL storage, on a real
+# server). A module or test marked `@pytest.mark.backends("embedded", "postgres")` runs on each.
+BACKENDS = ("embedded", "postgres")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    marker = metafunc.definition.get_closest_marker("backends")
+    if marker is not None and "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", marker.args, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    name = getattr(request, "param", "embedded")
+    assert name in BACKENDS, name
+    return name
+
+
+TEST_POSTGRES_ENV = "BACKFILL_ASSETS_TEST_POSTGRES_URL"
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A database of its own for this session: on the server BACKFILL_ASSETS_TEST_POSTGRES_URL
+    names, or on a throwaway server started from the machine's binaries and stopped by PID."""
+    import uuid
+
+    from backfill_assets.example.throwaway_postgres import throwaway_postgres
+
+    name = f"backfill_test_{uuid.uuid4().hex[:10]}"
+    given = os.environ.get(TEST_POSTGRES_ENV)
+    if given:
+        import psycopg
+        from psycopg import sql
+
+        db = sql.Identifier(name)
+        with psycopg.connect(given, autocommit=True) as con:
+            con.execute(sql.SQL("CREATE DATABASE {}").format(db))
+        try:
+            yield given.rsplit("/", 1)[0] + f"/{name}"
+        finally:
+            with psycopg.connect(given, autocommit=True) as con:
+                con.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(db))
+        return
+    with throwaway_postgres() as server:
+        yield server.create_database(name)
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """A warehouse URL whose schema is this test's own (tests share the session's database)."""
+    import uuid
+
+    return f"{postgres_database}?schema=t_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="session")
@@ -55,20 +113,53 @@ def warehouse_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def wh(warehouse_path: Path) -> DuckDBWarehouse:
-    return DuckDBWarehouse(warehouse_path, lock_timeout_s=2)
+def wh(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Warehouse:
+    """The test's warehouse (BACKFILL_ASSETS_WAREHOUSE names it for the runs)."""
+    if backend == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv(WAREHOUSE_ENV, url)
+        return open_warehouse(url, lock_timeout_s=5)
+    return DuckDBWarehouse(request.getfixturevalue("warehouse_path"), lock_timeout_s=2)
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+def instance(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[dg.DagsterInstance]:
+    """A real Dagster instance: SQLite storage under tmp_path, or (backend "postgres") Dagster's
+    PostgreSQL storage in a database of its own on the test server."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    with dg.instance_for_test(temp_dir=str(home)) as inst:
+    overrides = {}
+    if backend == "postgres":
+        url = fresh_database(request.getfixturevalue("postgres_database"), "dagster")
+        overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url(url)}}}
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
 
 
+def dagster_storage_url(url: str) -> str:
+    """A database URL for dagster-postgres. SQLAlchemy 2.1 drives `postgresql://` with psycopg 3,
+    whose server-side parameters break dagster-postgres's `NOTIFY run_events, %(id)s`; name
+    psycopg2 (installed with dagster-postgres) explicitly."""
+    return url.replace("postgresql://", "postgresql+psycopg2://", 1)
+
+
+def fresh_database(session_url: str, prefix: str) -> str:
+    """A new database on the session's server, named `prefix_<random>`; its URL."""
+    import uuid
+
+    import psycopg
+    from psycopg import sql
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(session_url, autocommit=True) as con:
+        con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return session_url.rsplit("/", 1)[0] + f"/{name}"
+
+
 @pytest.fixture
-def landed(defs, instance, wh) -> DuckDBWarehouse:
+def landed(defs, instance, wh) -> Warehouse:
     """Source data landed for the whole history window."""
     from backfill_assets.example.seed import land_days
 
@@ -77,7 +168,7 @@ def landed(defs, instance, wh) -> DuckDBWarehouse:
 
 
 @pytest.fixture
-def history(instance, landed) -> DuckDBWarehouse:
+def history(instance, landed) -> Warehouse:
     """orders_daily built for the window by the buggy v1 logic (warehouse write, no dbt)."""
     from backfill_assets.example.seed import write_history
 
@@ -86,7 +177,7 @@ def history(instance, landed) -> DuckDBWarehouse:
 
 
 @pytest.fixture
-def history_with_marts(defs, instance, landed) -> DuckDBWarehouse:
+def history_with_marts(defs, instance, landed) -> Warehouse:
     """orders_daily for the window by logic v1, and its dbt marts."""
     from backfill_assets.example.seed import build_history
 

@@ -19,6 +19,7 @@ from backfill_assets.service.swap import perform_swap
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.helpers import execute, refused_message, swap_or_rollback
 
+pytestmark = pytest.mark.backends("embedded", "postgres")
 SPEC = ORDERS.spec
 # 2026-01-03..2026-01-17: batch 1 = Sat-Sun of ISO week 1, batch 2 = week 2, batch 3 = week 3.
 START, END = dt.date(2026, 1, 3), dt.date(2026, 1, 17)
@@ -282,7 +283,10 @@ def test_backups_are_kept_until_released_and_then_rollback_refuses(defs, instanc
     execute(defs, instance, history, plan)
     table = ORDERS
     perform_swap(instance, table, history, plan.plan_id)
-    backups = "select count(*) from duckdb_tables() where table_name like '%backup%'"
+    backups = (
+        "select count(*) from information_schema.tables where table_schema = current_schema() "
+        "and table_name like '%backup%'"
+    )
     assert history.query(backups) == [(3,)]
     assert release_backup(instance, {"orders_daily": table}, history, plan.plan_id)[1] == 3
     assert history.query(backups) == [(0,)]

@@ -12,6 +12,10 @@ from backfill_assets.defs.resources import DEFAULT_WAREHOUSE, WarehouseResource
 from backfill_assets.defs.table_assets import table_definitions
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.connect import dialect_of, open_warehouse
+from backfill_assets.lib.warehouse.dialects import sql_for
+
+_CHECKED: set[tuple[str, str, int]] = set()
 
 
 def backfill_definitions(
@@ -51,8 +55,41 @@ def backfill_definitions(
         raise InvalidInput(f"backfill_definitions got the same table twice: {sorted(names)}")
     if not tables and not control:
         raise InvalidInput("backfill_definitions needs at least one BackfillableTable")
+    refuse_builds_that_cannot_run(tables, warehouse or DEFAULT_WAREHOUSE)
     return dg.Definitions.merge(
         *(table_definitions(t) for t in tables),
         *([CONTROL_DEFINITIONS] if control else []),
         dg.Definitions(resources={WAREHOUSE_RESOURCE_KEY: warehouse or DEFAULT_WAREHOUSE}),
     )
+
+
+def refuse_builds_that_cannot_run(
+    tables: Sequence[BackfillableTable], warehouse: WarehouseResource
+) -> None:
+    """At load time, refuse a table whose SQL build cannot run on the configured warehouse: it
+    must transpile to the warehouse's dialect, and on PostgreSQL the server must be able to plan
+    it (checked when the server is reachable and the tables the build reads exist)."""
+    url = warehouse.url.get_value() if isinstance(warehouse.url, dg.EnvVar) else warehouse.url
+    if not url:
+        return
+    dialect = dialect_of(url)
+    for table in tables:
+        if table.build_kind != "sql" or (url, table.key, id(table)) in _CHECKED:
+            continue
+        build = table.build  # str or per-dialect mapping
+        try:
+            sql_for(build, dialect)  # type: ignore[arg-type]
+        except InvalidInput as e:
+            raise InvalidInput(
+                f"table {table.key}: its build cannot run on {dialect}: {e}"
+            ) from None
+        if dialect != "duckdb":
+            wh = open_warehouse(url, lock_timeout_s=5)
+            problem = wh.build_problem(table.spec, build)  # type: ignore[arg-type]
+            if problem:
+                raise InvalidInput(
+                    f"table {table.key}: its build SQL, written for {dialect}, cannot run there: "
+                    f"{problem}. Fix the SQL, or declare it per dialect: build={{'duckdb': ..., "
+                    f"'{dialect}': ...}}"
+                )
+        _CHECKED.add((url, table.key, id(table)))

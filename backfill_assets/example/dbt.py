@@ -4,6 +4,9 @@ Three `@dbt_assets` over one manifest, by grain: daily-partitioned models (tag `
 weekly-partitioned models (tag `weekly`, ISO weeks) and unpartitioned ones. Partitioned models
 receive their half-open partition window as the dbt vars `min_date` / `max_date`.
 
+The dbt target follows the warehouse: `dev` (DuckDB) for a file path, `postgres` for a
+`postgresql://` URL, whose coordinates reach the profile as BACKFILL_ASSETS_PG_* variables.
+
 Where the dbt project lives is configuration (`BACKFILL_ASSETS_DBT_PROJECT`, default
 `./dbt_project`), read when the code location loads, not derived from this package's path: an
 installed wheel has no dbt project next to it.
@@ -11,6 +14,7 @@ installed wheel has no dbt project next to it.
 
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +25,7 @@ from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_as
 
 from backfill_assets.example.dbt_manifest import dbt_executable, ensure_manifest
 from backfill_assets.example.declaration import DAILY, WEEKLY
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, is_postgres_url
 
 DBT_PROJECT_ENV = "BACKFILL_ASSETS_DBT_PROJECT"
 GROUP = "marts"
@@ -42,10 +47,30 @@ class _Translator(DagsterDbtTranslator):
         return GROUP
 
 
+def dbt_target(url: str) -> tuple[list[str], dict[str, str]]:
+    """The dbt target arguments and profile variables for the warehouse `url`."""
+    if not is_postgres_url(url):
+        return [], {}
+    parts = urllib.parse.urlsplit(url)
+    schema = urllib.parse.parse_qs(parts.query).get("schema", ["public"])[0]
+    env = {
+        "BACKFILL_ASSETS_PG_HOST": parts.hostname or "127.0.0.1",
+        "BACKFILL_ASSETS_PG_PORT": str(parts.port or 5432),
+        "BACKFILL_ASSETS_PG_USER": urllib.parse.unquote(parts.username or "postgres"),
+        "BACKFILL_ASSETS_PG_PASSWORD": urllib.parse.unquote(parts.password or ""),
+        "BACKFILL_ASSETS_PG_DBNAME": parts.path.lstrip("/") or "postgres",
+        "BACKFILL_ASSETS_PG_SCHEMA": schema,
+    }
+    return ["--target", "postgres"], env
+
+
 def _build(
     context: dg.AssetExecutionContext, dbt: DbtCliResource, partitioned: bool
 ) -> Iterator[Any]:
-    args = ["build"]
+    target, env = dbt_target(os.environ.get(WAREHOUSE_ENV, ""))
+    # dbt runs as a subprocess of this run, with this process's environment.
+    os.environ.update(env)
+    args = ["build", *target]
     if partitioned:
         window = context.partition_time_window
         dbt_vars = {

@@ -4,7 +4,8 @@
         spec=TableSpec(name="events", columns=(Column("event_id", "BIGINT"), ...),
                        partition_column="event_date", primary_key=("event_id",)),
         partitions_def=dg.DailyPartitionsDefinition(start_date="2025-01-01"),
-        build=EVENTS_SQL,              # or a function (start, end) -> pandas.DataFrame
+        build=EVENTS_SQL,              # DuckDB SQL, {"duckdb": ..., "postgres": ...}, or a
+                                       # function (start, end) -> pandas.DataFrame
         daily_job="events_daily",      # the job that writes it every day: the one live writer
         daily_expected_start=dt.time(1, 0),
         criteria=EVENTS_CRITERIA,
@@ -18,7 +19,7 @@ the planner reads `target_info()`, and the gates and the swap read `spec` and `c
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
@@ -35,9 +36,10 @@ if TYPE_CHECKING:
 
 # A build is one SELECT producing every column for the days [$start, $end) (named parameters bound
 # by the warehouse), or a Python function returning a pandas DataFrame for those days. Either must
-# be deterministic for a given day.
+# be deterministic for a given day. SQL is written in DuckDB's dialect and transpiled for another
+# warehouse (lib/warehouse/dialects.py), or given per dialect: {"duckdb": ..., "postgres": ...}.
 PythonBuild = Callable[[dt.date, dt.date], "pd.DataFrame"]
-Build = Union[str, PythonBuild]  # noqa: UP007 - a string annotation with a callable alias
+Build = Union[str, Mapping[str, str], PythonBuild]  # noqa: UP007 - a callable alias in a string
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class BackfillableTable:
     Args:
         spec: name, columns, partition column and primary key.
         partitions_def: the daily partitions of the table (its timezone is the plan's default).
-        build: a SQL SELECT over [$start, $end), or a function (start, end) -> DataFrame.
+        build: a SQL SELECT over [$start, $end) in DuckDB's dialect (transpiled for PostgreSQL),
+            SQL per dialect ({"duckdb": ..., "postgres": ...}), or a function (start, end) ->
+            DataFrame.
         daily_job: the name of the daily production job that writes this table. Its runs (found
             by job name) are the only ones that may write the live table, and only partitions
             within `daily_lookback_days`; backfills keep clear of them.
@@ -67,7 +71,7 @@ class BackfillableTable:
 
     spec: TableSpec
     partitions_def: dg.DailyPartitionsDefinition
-    build: Build
+    build: Build = field(hash=False)  # a per-dialect dict is not hashable
     daily_job: str
     daily_expected_start: dt.time
     criteria: Criteria
@@ -89,9 +93,20 @@ class BackfillableTable:
         if isinstance(self.build, str):
             if not self.build.strip():
                 raise InvalidInput(f"{name}: build is an empty SQL string")
+        elif isinstance(self.build, Mapping):
+            from backfill_assets.lib.warehouse.dialects import DIALECTS
+
+            bad = [k for k, v in self.build.items() if k not in DIALECTS or not isinstance(v, str)]
+            if bad or not self.build or not all(v.strip() for v in self.build.values()):
+                raise InvalidInput(
+                    f"{name}: build per dialect must map {list(DIALECTS)} to non-empty SQL "
+                    f"strings; got keys {sorted(map(str, self.build))}"
+                )
+            object.__setattr__(self, "build", dict(self.build))
         elif not callable(self.build):
             raise InvalidInput(
-                f"{name}: build must be a SQL SELECT or a function (start, end) -> DataFrame"
+                f"{name}: build must be a SQL SELECT, SQL per dialect, or a function (start, end) "
+                "-> DataFrame"
             )
         if not isinstance(self.daily_job, str) or not self.daily_job:
             raise InvalidInput(f"{name}: daily_job must name the job that writes it every day")
@@ -132,7 +147,7 @@ class BackfillableTable:
 
     @property
     def build_kind(self) -> str:
-        return "sql" if isinstance(self.build, str) else "python"
+        return "sql" if isinstance(self.build, str | Mapping) else "python"
 
     def target_info(self) -> TargetInfo:
         """What the planner needs to know about this table."""

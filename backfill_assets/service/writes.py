@@ -9,6 +9,7 @@ write, gates, swap and rollback are the same for both.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 
 from backfill_assets.lib.frames import check_frame
 from backfill_assets.lib.table import BackfillableTable
@@ -25,7 +26,7 @@ def write_partitions(
     plan_id: str | None = None,
 ) -> dict[dt.date, int]:
     """Replace days [start, end) of the live table or its shadow; rows written per day."""
-    if isinstance(table.build, str):
+    if isinstance(table.build, str | Mapping):
         build = table.build
     else:
         build = check_frame(table.spec, table.build(start, end), start, end)

@@ -5,4 +5,4 @@ select
 
 from {{ ref('fct_weekly_revenue') }}
 
-where isodow(week_start) != 1
+where extract(isodow from week_start) != 1

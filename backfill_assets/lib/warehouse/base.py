@@ -22,6 +22,8 @@ from backfill_assets.lib.spec import TableSpec
 if TYPE_CHECKING:
     import pandas as pd
 
+    from backfill_assets.lib.warehouse.dialects import SQL
+
 
 @dataclass(frozen=True)
 class PartitionStats:
@@ -127,7 +129,7 @@ class Warehouse(Protocol):
         start: dt.date,
         end: dt.date,
         *,
-        build: str | pd.DataFrame,
+        build: SQL | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
     ) -> dict[dt.date, int]: ...
@@ -180,9 +182,36 @@ class Warehouse(Protocol):
 
     def active_plan(self, table: str) -> str | None: ...
 
+    def partition_versions(
+        self, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, int]: ...
+
+    def live_week_count(self, spec: TableSpec) -> int: ...
+
+    def build_problem(self, spec: TableSpec, build: SQL) -> str | None: ...
+
     # -- plain tables (sources, reference data) and reads ----------------------------------
+    # SQL passed here is written in DuckDB's dialect with `$name` parameters; other adapters
+    # transpile it (lib/warehouse/dialects.py).
+
+    def replace_plain_partitions(
+        self,
+        table: str,
+        columns: list[tuple[str, str]],
+        partition_column: str,
+        select_sql: str | pd.DataFrame,
+        start: dt.date,
+        end: dt.date,
+        params: Mapping[str, Any] | None = None,
+    ) -> int: ...
+
+    def replace_reference_table(
+        self, table: str, columns: list[tuple[str, str]], rows: list[tuple]
+    ) -> None: ...
 
     def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]: ...
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]: ...
 
     def transaction(self) -> AbstractContextManager[Any]: ...
 

@@ -1,5 +1,5 @@
-"""Open the warehouse a URL names: a DuckDB file path (the embedded default) or, once its adapter
-lands, a `postgresql://` URL."""
+"""Open the warehouse a URL names: a DuckDB file path (the embedded default) or a `postgresql://`
+URL (`?schema=NAME` picks the schema; `public` by default)."""
 
 from __future__ import annotations
 
@@ -24,16 +24,34 @@ def lock_timeout_from(text: str | None, default: float = DEFAULT_LOCK_TIMEOUT_S)
     return value
 
 
+def is_postgres_url(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
+def dialect_of(url: str) -> str:
+    """The SQL dialect of the warehouse `url` names."""
+    return "postgres" if is_postgres_url(url) else "duckdb"
+
+
 def open_warehouse(url: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> Warehouse:
     """The adapter for `url`."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidInput(
             f"no warehouse: set {WAREHOUSE_ENV} to a DuckDB file path or a postgresql:// URL"
         )
-    if url.startswith(("postgresql://", "postgres://")):
+    if is_postgres_url(url):
+        try:
+            from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+        except ImportError as e:
+            raise InvalidInput(
+                f"{WAREHOUSE_ENV} names a PostgreSQL warehouse, but psycopg is not installed: "
+                f"pip install 'backfill_assets[postgres]' ({e})"
+            ) from None
+        return PostgresWarehouse(url, lock_timeout_s=lock_timeout_s)
+    if "://" in url:
         raise InvalidInput(
-            f"{WAREHOUSE_ENV} names a PostgreSQL warehouse, but this version has no PostgreSQL "
-            "adapter; use a DuckDB file path"
+            f"{WAREHOUSE_ENV}={url.split('://')[0]}://... is not supported: use a DuckDB file "
+            "path or a postgresql:// URL"
         )
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 

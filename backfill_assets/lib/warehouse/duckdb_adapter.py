@@ -35,6 +35,7 @@ from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs, LeaseHolder, PartitionStats, SwapResult
+from backfill_assets.lib.warehouse.dialects import SQL, sql_for
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
@@ -255,7 +256,7 @@ class DuckDBWarehouse:
         start: dt.date,
         end: dt.date,
         *,
-        build: str | pd.DataFrame,
+        build: SQL | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
     ) -> dict[dt.date, int]:
@@ -274,9 +275,10 @@ class DuckDBWarehouse:
         base = spec.shadow_name if shadow else spec.name
         pc = quote_ident(spec.partition_column)
         cols = column_list(spec.column_names)
-        source = f"({build})" if isinstance(build, str) else _BUILD_VIEW
+        is_sql = isinstance(build, str | Mapping)
+        source = f"({sql_for(build, 'duckdb')})" if is_sql else _BUILD_VIEW  # type: ignore[arg-type]
         with self.transaction() as con:
-            if not isinstance(build, str):
+            if not is_sql:
                 con.register(_BUILD_VIEW, build)
             self._ensure(con, spec)
             existing = self._week_tables(con, base)
@@ -443,6 +445,7 @@ class DuckDBWarehouse:
 
     def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult:
         """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup."""
+        validate_ident(plan_id, "plan id")
         t0 = time.perf_counter()
         if not days:
             raise SwapRefused("the plan has no partitions to swap")
@@ -557,6 +560,7 @@ class DuckDBWarehouse:
 
     def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
         """Put the backed-up weeks back; days of those weeks outside the plan keep live data."""
+        validate_ident(plan_id, "plan id")
         t0 = time.perf_counter()
         with self.transaction() as con:
             self._ensure(con, spec)
@@ -721,6 +725,7 @@ class DuckDBWarehouse:
     def claim_plan(self, table: str, plan_id: str) -> str:
         """Make `plan_id` the plan that holds `table`, if none does (compare-and-set); return
         the plan that holds it afterwards. Approvals racing for one table: exactly one wins."""
+        validate_ident(plan_id, "plan id")
         validate_ident(table, "table name")
         with self.transaction() as con:
             holder = self._active_plan(con, table)
@@ -773,25 +778,29 @@ class DuckDBWarehouse:
         table: str,
         columns: list[tuple[str, str]],
         partition_column: str,
-        select_sql: str,
+        select_sql: str | pd.DataFrame,
         start: dt.date,
         end: dt.date,
         params: Mapping[str, Any] | None = None,
     ) -> int:
-        """Replace days [start, end) of a plain table (e.g. a landed source) atomically; the
-        SELECT is run once per day with `$day` bound."""
+        """Replace days [start, end) of a plain table (e.g. a landed source) atomically: a
+        SELECT run once per day with `$day` bound, or a DataFrame of those days."""
         qt, pc = quote_ident(table), quote_ident(partition_column)
         ddl = ", ".join(f"{quote_ident(n)} {t}" for n, t in columns)
         names = column_list([n for n, _ in columns])
         with self.transaction() as con:
             con.execute(f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
             con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": start, "e": end})
-            for i in range((end - start).days):
-                day = start + dt.timedelta(days=i)
-                con.execute(
-                    f"INSERT INTO {qt} ({names}) SELECT {names} FROM ({select_sql}) AS src",
-                    {**(params or {}), "day": day},
-                )
+            if isinstance(select_sql, str):
+                for i in range((end - start).days):
+                    day = start + dt.timedelta(days=i)
+                    con.execute(
+                        f"INSERT INTO {qt} ({names}) SELECT {names} FROM ({select_sql}) AS src",
+                        {**(params or {}), "day": day},
+                    )
+            else:
+                con.register(_BUILD_VIEW, select_sql)
+                con.execute(f"INSERT INTO {qt} ({names}) SELECT {names} FROM {_BUILD_VIEW}")
             row = con.execute(
                 f"SELECT count(*) FROM {qt} WHERE {pc} >= $s AND {pc} < $e",
                 {"s": start, "e": end},
@@ -812,6 +821,7 @@ class DuckDBWarehouse:
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:
         """Drop a swapped plan's backup weeks; after this the plan can no longer roll back."""
+        validate_ident(plan_id, "plan id")
         with self.transaction() as con:
             self._ensure(con, spec)
             state = con.execute(
@@ -853,6 +863,12 @@ class DuckDBWarehouse:
             con.execute(f"DELETE FROM {M}.shadow_log WHERE table_name=$t", {"t": spec.name})
             self._recreate_view(con, spec, spec.shadow_name)
         return len(tables)
+
+    def build_problem(self, spec: TableSpec, build: SQL) -> str | None:
+        """Builds are written in DuckDB's dialect: only SQL given for another dialect alone can
+        fail to transpile (raised by `sql_for`). Nothing is opened: the file may be held."""
+        sql_for(build, "duckdb")
+        return None
 
     def live_week_count(self, spec: TableSpec) -> int:
         with self.connect(read_only=True) as con:

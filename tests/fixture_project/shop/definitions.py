@@ -17,7 +17,7 @@ from shop.tables import EVENTS, NEW_YORK, RAW_EVENT_COLUMNS, RAW_EVENTS, RAW_EVE
 )
 def raw_events(context: dg.AssetExecutionContext, backfill_warehouse: WarehouseResource) -> None:
     window = context.partition_time_window
-    backfill_warehouse.adapter().replace_plain_partitions(  # type: ignore[attr-defined]
+    backfill_warehouse.adapter().replace_plain_partitions(
         RAW_EVENTS,
         RAW_EVENT_COLUMNS,
         "event_date",

@@ -1,0 +1,1158 @@
+"""PostgreSQL adapter: the target is one table partitioned by range, one partition per ISO week.
+
+Layout for a table `orders_daily` (in the URL's schema, `public` unless `?schema=` says otherwise):
+
+- `orders_daily`: `PARTITION BY RANGE (order_date)`, one ordinary table readers query (partition
+  pruning on the date, no view); a non-unique index on the primary key columns.
+- `orders_daily__w2026w03`: its partition for ISO week 2026-W03, with a CHECK constraint equal
+  to the partition bound (so DETACH/ATTACH never needs a validation scan).
+- `orders_daily__shadow` and its partitions `orders_daily__shadow__w2026w03`: what a backfill
+  writes, built the same way.
+- `orders_daily__backup__<plan>__w2026w03`: live weeks a swap detached, until released.
+
+A swap is one transaction for every week of the plan: copy the days of a partial week that lie
+outside the plan from the live week into the shadow week, then DETACH the live week and rename it
+to the backup, DETACH the shadow week from the shadow, rename it and ATTACH it to the target.
+Nothing is copied but those outside days; the checksums it reports were recorded when the rows
+were written. DETACH takes an ACCESS EXCLUSIVE lock on the target, so readers wait for the
+catalog changes (milliseconds) and the swap waits for running readers: each attempt waits at most
+`swap_lock_wait_s` for its locks (so a long reader does not hold every new reader behind the
+swap's queued lock), and attempts repeat until `lock_timeout_s`, then the swap fails with the
+sessions that held the table and nothing changed. Rollback is the reverse.
+
+`backfill_meta` holds per-partition versions (with the rows and checksum written), the shadow
+build log, the swap log, the writer lease and the plan claim of each table, keyed by
+`schema.table`; the swap checks versions under row locks in the transaction of its renames.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import urllib.parse
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any, LiteralString, cast
+
+import psycopg
+from psycopg import errors as pg_errors
+from psycopg.rows import TupleRow
+
+from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, WEEK_INFIX
+from backfill_assets.errors import InvalidInput, SwapRefused, WarehouseError
+from backfill_assets.lib.dates import iso_weeks, parse_day, week_id, week_monday
+from backfill_assets.lib.spec import TableSpec
+from backfill_assets.lib.warehouse.base import GateInputs, LeaseHolder, PartitionStats, SwapResult
+from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
+from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Connection = psycopg.Connection[TupleRow]
+M = METADATA_SCHEMA
+BOUND = "backfill_week_bound"  # the CHECK constraint every week table carries
+MAX_IDENT = 63  # PostgreSQL truncates longer identifiers
+PLAN_ID_LEN = 12
+# The row hash of checksums and fingerprints: order-independent over a partition.
+ROW_HASH = "hashtextextended(({cols})::text, 0)"
+
+
+def _row_hash(columns: Sequence[str], prefix: str = "") -> str:
+    cols = ", ".join(f"{prefix}{quote_ident(c)}" for c in columns)
+    return ROW_HASH.format(cols=f"ROW({cols})")
+
+
+def _checksum_text(rows: int, xor: int | None) -> str:
+    return f"{rows}:{(xor or 0) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+class PostgresWarehouse:
+    """Short-lived psycopg connections to one PostgreSQL database (one schema of it)."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self, url: str, lock_timeout_s: float = 30.0, *, swap_lock_wait_s: float = 0.5
+    ) -> None:
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qs(parts.query)
+        schema = query.pop("schema", ["public"])[0]
+        self.schema = validate_ident(schema, "warehouse schema")
+        self._conninfo = urllib.parse.urlunsplit(
+            parts._replace(query=urllib.parse.urlencode(query, doseq=True))
+        )
+        user = f"{parts.username}@" if parts.username else ""
+        port = f":{parts.port}" if parts.port else ""
+        self._shown = f"postgresql://{user}{parts.hostname or ''}{port}{parts.path}"
+        self.lock_timeout_s = lock_timeout_s
+        self.swap_lock_wait_s = min(swap_lock_wait_s, lock_timeout_s)
+
+    @property
+    def location(self) -> str:
+        """The URL without its password, and the schema."""
+        return f"{self._shown} (schema {self.schema})"
+
+    # -- connections -------------------------------------------------------------------------
+
+    @contextmanager
+    def connect(self, read_only: bool = False) -> Iterator[Connection]:
+        """An autocommit connection whose search_path is the warehouse schema."""
+        try:
+            con = psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=max(2, int(min(self.lock_timeout_s, 30))),
+                options=f"-c search_path={self.schema}",
+                application_name="backfill_assets",
+            )
+        except psycopg.OperationalError as e:
+            raise WarehouseError(
+                f"cannot reach warehouse {self.location}: {_msg(e)}; check that the server "
+                "is up and BACKFILL_ASSETS_WAREHOUSE is right"
+            ) from None
+        try:
+            if read_only:
+                _x(con, "SET default_transaction_read_only = on")
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def transaction(self, *, lock_wait_s: float | None = None) -> Iterator[Connection]:
+        """One transaction: committed whole, or rolled back whole on any error. Waits for a lock
+        at most `lock_wait_s` (default `lock_timeout_s`), then raises WarehouseError."""
+        wait = self.lock_timeout_s if lock_wait_s is None else lock_wait_s
+        with self.connect() as con:
+            try:
+                with con.transaction():
+                    _x(con, f"SET LOCAL lock_timeout = '{max(1, int(wait * 1000))}ms'")
+                    yield con
+            except pg_errors.LockNotAvailable as e:
+                raise _LockWait(
+                    f"warehouse {self.location}: a table this write needs stayed locked by "
+                    f"another session for {wait:g}s ({_msg(e)}); nothing was changed"
+                ) from None
+            except (pg_errors.DiskFull, pg_errors.OutOfMemory) as e:
+                raise WarehouseError(
+                    f"warehouse {self.location}: the server is out of space ({_msg(e)}); "
+                    "free space and run the command again. Nothing of this write was committed"
+                ) from None
+            except pg_errors.ReadOnlySqlTransaction as e:
+                raise WarehouseError(
+                    f"warehouse {self.location} cannot be written (read-only: {_msg(e)}); "
+                    "nothing of this write was committed"
+                ) from None
+            except psycopg.OperationalError as e:
+                raise WarehouseError(
+                    f"warehouse {self.location}: the connection failed mid-write "
+                    f"({_msg(e)}); nothing of this write was committed, run it again"
+                ) from None
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        """One statement (DuckDB dialect, `$name` parameters; transpiled) in its own
+        transaction; every row it returns."""
+        with self.transaction() as con:
+            cur = _x(con, transpile(sql, "postgres"), dict(params or {}))  # type: ignore[arg-type]
+            return list(cur.fetchall()) if cur.description else []
+
+    def query(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple]:
+        """A read-only query (DuckDB dialect, `$name` parameters; transpiled)."""
+        with self.connect(read_only=True) as con:
+            return list(_x(con, transpile(sql, "postgres"), dict(params or {})).fetchall())  # type: ignore[arg-type]
+
+    # -- names -------------------------------------------------------------------------------
+
+    def _q(self, name: str) -> str:
+        return f"{quote_ident(self.schema)}.{quote_ident(name)}"
+
+    def _key(self, table: str) -> str:
+        """The metadata key of a table: schema-qualified, so schemas never share state."""
+        return f"{self.schema}.{validate_ident(table, 'table name')}"
+
+    @staticmethod
+    def _week_table(base: str, day: dt.date) -> str:
+        return validate_ident(f"{base}{WEEK_INFIX}{week_id(day)}", "week table")
+
+    @staticmethod
+    def _backup_base(spec: TableSpec, plan_id: str) -> str:
+        return f"{spec.name}{BACKUP_INFIX}{validate_ident(plan_id, 'plan id')}"
+
+    def _week_tables(self, con: Connection, base: str) -> dict[str, str]:
+        """Existing week tables of `base` (live, shadow or backup name) keyed by week id."""
+        prefix = f"{base}{WEEK_INFIX}"
+        rows = _x(
+            con,
+            "SELECT tablename FROM pg_tables WHERE schemaname = %(s)s "
+            "AND starts_with(tablename, %(p)s)",
+            {"s": self.schema, "p": prefix},
+        ).fetchall()
+        out = {}
+        for (name,) in rows:
+            rest = name[len(prefix) :]
+            if len(rest) == 7 and rest[4] == "w" and rest[:4].isdigit() and rest[5:].isdigit():
+                out[rest] = name
+        return out
+
+    def _attached(self, con: Connection, parent: str) -> set[str]:
+        rows = _x(
+            con,
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%(p)s)",
+            {"p": self._q(parent)},
+        ).fetchall()
+        return {r[0] for r in rows}
+
+    def _exists(self, con: Connection, name: str) -> bool:
+        row = _x(con, "SELECT to_regclass(%(n)s) IS NOT NULL", {"n": self._q(name)}).fetchone()
+        return bool(row and row[0])
+
+    # -- DDL ---------------------------------------------------------------------------------
+
+    def ensure_table(self, spec: TableSpec) -> None:
+        """Create the metadata, the partitioned target and its shadow if missing (idempotent)."""
+        with self.transaction() as con:
+            self._ensure(con, spec)
+
+    def _check_names(self, spec: TableSpec) -> None:
+        longest = f"{spec.name}{BACKUP_INFIX}{'p' * PLAN_ID_LEN}{WEEK_INFIX}2026w01"
+        if len(longest) > MAX_IDENT:
+            raise InvalidInput(
+                f"table name {spec.name!r} is too long for PostgreSQL: its backup week tables "
+                f"would be {len(longest)} characters (limit {MAX_IDENT}); use a name of at most "
+                f"{MAX_IDENT - len(longest) + len(spec.name)} characters"
+            )
+
+    def _ensure_meta(self, con: Connection) -> None:
+        """The coordination tables; no table spec needed. Serialized by an advisory lock, since
+        concurrent CREATE ... IF NOT EXISTS can collide in PostgreSQL's catalog."""
+        _x(con, "SELECT pg_advisory_xact_lock(hashtext('backfill_assets:ensure'))")
+        self._ensure_schema(con)
+        if self._meta_ready(con):
+            return
+        _x(con, f"CREATE SCHEMA IF NOT EXISTS {M}")
+        _x(con, f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq")
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.partition_versions (table_name text, "
+            "partition_date date, version bigint NOT NULL, row_count bigint, checksum text, "
+            "written_at timestamp, PRIMARY KEY (table_name, partition_date))",
+        )
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.shadow_log (table_name text, partition_date date, "
+            "plan_id text, base_version bigint, row_count bigint, checksum text, "
+            "written_at timestamp, PRIMARY KEY (table_name, partition_date))",
+        )
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_log (table_name text, plan_id text, week text, "
+            "range_start date, range_end date, had_live boolean, state text, "
+            "changed_at timestamp, PRIMARY KEY (table_name, plan_id, week))",
+        )
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_days (table_name text, plan_id text, "
+            "partition_date date, rows_in bigint, checksum_in text, rows_out bigint, "
+            "checksum_out text, PRIMARY KEY (table_name, plan_id, partition_date))",
+        )
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.writer_lease (table_name text PRIMARY KEY, "
+            "holder_id text, role text, job_name text, plan_id text, host text, pid bigint, "
+            "claimed_at timestamp)",
+        )
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.plan_claims (table_name text PRIMARY KEY, "
+            "plan_id text, claimed_at timestamp)",
+        )
+
+    def _ensure_schema(self, con: Connection) -> None:
+        """The warehouse schema, created when missing (a user without CREATE on the database
+        needs it to exist already)."""
+        row = _x(con, "SELECT to_regnamespace(%(s)s) IS NULL", {"s": self.schema}).fetchone()
+        if row and row[0]:
+            _x(con, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+
+    def _meta_ready(self, con: Connection) -> bool:
+        row = _x(con, f"SELECT to_regclass('{M}.plan_claims') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+    def _ensure(self, con: Connection, spec: TableSpec) -> None:
+        self._check_names(spec)
+        self._ensure_meta(con)
+        if not (self._exists(con, spec.name) and self._exists(con, spec.shadow_name)):
+            cols = self._ddl_columns(spec)
+            pc = quote_ident(spec.partition_column)
+            for base in (spec.name, spec.shadow_name):
+                _x(
+                    con,
+                    f"CREATE TABLE IF NOT EXISTS {self._q(base)} ({cols}) "
+                    f"PARTITION BY RANGE ({pc})",
+                )
+                _x(
+                    con,
+                    f"CREATE INDEX IF NOT EXISTS {quote_ident(base + '__key')} "
+                    f"ON {self._q(base)} ({column_list(spec.primary_key)})",
+                )
+        self._refuse_unpartitioned(con, spec)
+
+    def _refuse_unpartitioned(self, con: Connection, spec: TableSpec) -> None:
+        """A table of that name that is not range-partitioned on the partition column cannot be
+        swapped into; say how to move it rather than fail half-way through a write."""
+        row = _x(
+            con,
+            "SELECT p.partstrat, a.attname FROM pg_partitioned_table p JOIN pg_attribute a "
+            "ON a.attrelid = p.partrelid AND a.attnum = p.partattrs[0] "
+            "WHERE p.partrelid = to_regclass(%(t)s)",
+            {"t": self._q(spec.name)},
+        ).fetchone()
+        if row is None or row[0] != "r" or row[1] != spec.partition_column:
+            raise InvalidInput(
+                f"{self.schema}.{spec.name} exists but is not partitioned by range on "
+                f"{spec.partition_column}; rename it, let backfill_assets create the table, then "
+                f"copy the rows in (INSERT INTO {spec.name} SELECT * FROM <old name>)"
+            )
+
+    @staticmethod
+    def _ddl_columns(spec: TableSpec) -> str:
+        return ", ".join(
+            f"{quote_ident(c.name)} {column_type(c.sql_type, 'postgres')}" for c in spec.columns
+        )
+
+    def _create_week(self, con: Connection, spec: TableSpec, parent: str, monday: dt.date) -> str:
+        """A week table of `parent` (target or shadow), created standalone with its bound as a
+        CHECK constraint, then attached (ATTACH does not block readers, CREATE ... PARTITION OF
+        would)."""
+        name = self._week_table(parent, monday)
+        nxt = monday + dt.timedelta(days=7)
+        pc = quote_ident(spec.partition_column)
+        _x(
+            con,
+            f"CREATE TABLE {self._q(name)} (LIKE {self._q(parent)} INCLUDING DEFAULTS, "
+            f"CONSTRAINT {BOUND} CHECK ({pc} IS NOT NULL AND {pc} >= '{monday}'::date "
+            f"AND {pc} < '{nxt}'::date))",
+        )
+        self._attach(con, parent, name, monday)
+        return name
+
+    def _attach(self, con: Connection, parent: str, name: str, monday: dt.date) -> None:
+        nxt = monday + dt.timedelta(days=7)
+        _x(
+            con,
+            f"ALTER TABLE {self._q(parent)} ATTACH PARTITION {self._q(name)} "
+            f"FOR VALUES FROM ('{monday}') TO ('{nxt}')",
+        )
+
+    def _detach(self, con: Connection, parent: str, name: str) -> None:
+        _x(con, f"ALTER TABLE {self._q(parent)} DETACH PARTITION {self._q(name)}")
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def replace_partitions(
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        build: SQL | pd.DataFrame,
+        shadow: bool = False,
+        plan_id: str | None = None,
+    ) -> dict[dt.date, int]:
+        """Replace the rows of days [start, end) with the build's output, in one transaction.
+
+        `build` is one SELECT over [$start, $end) (DuckDB's dialect, transpiled; or SQL per
+        dialect, see `dialects.sql_for`) or a DataFrame already checked against the spec. Each
+        written day's rows and checksum are recorded: live writes bump the day's version, shadow
+        writes record the live version they were built against, so the swap can tell when the
+        live partition changed since.
+        """
+        start, end = parse_day(start, "start"), parse_day(end, "end")
+        if end <= start:
+            return {}
+        base = spec.shadow_name if shadow else spec.name
+        pc = quote_ident(spec.partition_column)
+        cols = column_list(spec.column_names)
+        rng = {"start": start, "end": end}
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            existing = self._week_tables(con, base)
+            for w0, _ in iso_weeks(start, end):
+                if week_id(w0) not in existing:
+                    self._create_week(con, spec, base, week_monday(w0))
+            _x(con, f"DELETE FROM {self._q(base)} WHERE {pc} >= %(start)s AND {pc} < %(end)s", rng)
+            if isinstance(build, str | Mapping):
+                _x(
+                    con,
+                    f"INSERT INTO {self._q(base)} ({cols}) SELECT {cols} FROM "
+                    f"({sql_for(build, 'postgres')}) AS build "
+                    f"WHERE {pc} >= %(start)s AND {pc} < %(end)s",
+                    rng,
+                )
+            else:
+                self._copy_frame(con, base, spec.column_names, build)
+            sums = self._checksums(con, base, spec, start, end)
+            now = _utcnow()
+            if shadow:
+                self._log_shadow(con, spec, start, end, plan_id or "", sums, now)
+            else:
+                self._bump_versions(con, spec, {d: sums.get(d) for d in _days(start, end)}, now)
+        return {d: _rows_of(sums.get(d)) for d in _days(start, end)}
+
+    def _copy_frame(
+        self, con: Connection, table: str, columns: Sequence[str], frame: pd.DataFrame
+    ) -> None:
+        import pandas as pd
+
+        copy_sql = f"COPY {self._q(table)} ({column_list(columns)}) FROM STDIN"
+        with con.cursor().copy(cast("LiteralString", copy_sql)) as copy:
+            for row in frame[list(columns)].itertuples(index=False, name=None):
+                copy.write_row([None if _is_missing(v, pd) else _plain(v) for v in row])
+
+    def _log_shadow(
+        self,
+        con: Connection,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        plan_id: str,
+        sums: Mapping[dt.date, str],
+        now: dt.datetime,
+    ) -> None:
+        key = self._key(spec.name)
+        _x(
+            con,
+            f"DELETE FROM {M}.shadow_log WHERE table_name = %(t)s AND partition_date >= %(s)s "
+            "AND partition_date < %(e)s",
+            {"t": key, "s": start, "e": end},
+        )
+        with con.cursor() as cur:
+            _xm(cur, 
+                f"INSERT INTO {M}.shadow_log SELECT %(t)s, %(d)s, %(p)s, "
+                f"coalesce((SELECT version FROM {M}.partition_versions v WHERE "
+                "v.table_name = %(t)s AND v.partition_date = %(d)s), 0), %(n)s, %(c)s, %(now)s",
+                [
+                    {"t": key, "d": d, "p": plan_id, "n": _rows_of(sums.get(d)),
+                     "c": sums.get(d, "0:0000000000000000"), "now": now}
+                    for d in _days(start, end)
+                ],
+            )  # fmt: skip
+
+    def _bump_versions(
+        self,
+        con: Connection,
+        spec: TableSpec,
+        sums: Mapping[dt.date, str | None],
+        now: dt.datetime,
+    ) -> None:
+        """A new version for each day, with the rows and checksum it now holds."""
+        if not sums:
+            return
+        with con.cursor() as cur:
+            _xm(cur, 
+                f"INSERT INTO {M}.partition_versions VALUES (%(t)s, %(d)s, "
+                f"nextval('{M}.version_seq'), %(n)s, %(c)s, %(now)s) "
+                "ON CONFLICT (table_name, partition_date) DO UPDATE SET "
+                "version = excluded.version, row_count = excluded.row_count, "
+                "checksum = excluded.checksum, written_at = excluded.written_at",
+                [
+                    {"t": self._key(spec.name), "d": d, "n": _rows_of(c),
+                     "c": c or "0:0000000000000000", "now": now}
+                    for d, c in sorted(sums.items())
+                ],
+            )  # fmt: skip
+
+    # -- reads for planning and gates ----------------------------------------------------------
+
+    def partition_stats(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
+    ) -> PartitionStats:
+        base = spec.shadow_name if shadow else spec.name
+        with self.connect(read_only=True) as con:
+            if not self._exists(con, base):
+                return PartitionStats(rows={}, bytes_per_row=spec.bytes_per_row)
+            sums = self._checksums(con, base, spec, start, end)
+        rows = {d: _rows_of(sums.get(d)) for d in _days(start, end)}
+        return PartitionStats(rows=rows, bytes_per_row=spec.bytes_per_row)
+
+    def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> GateInputs:
+        """Everything a batch's gates need, in a few set-based queries (see postgres_gates)."""
+        from backfill_assets.lib.warehouse.postgres_gates import gate_inputs
+
+        return gate_inputs(self, spec, start, end, **kw)
+
+    def checksums(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
+    ) -> dict[dt.date, str]:
+        """An order-independent checksum of every column, per partition (rows:hex)."""
+        base = spec.shadow_name if shadow else spec.name
+        with self.connect(read_only=True) as con:
+            if not self._exists(con, base):
+                return {}
+            return self._checksums(con, base, spec, start, end)
+
+    def _checksums(
+        self, con: Connection, relation: str, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, str]:
+        pc = quote_ident(spec.partition_column)
+        rows = _x(
+            con,
+            f"SELECT {pc}, count(*), bit_xor({_row_hash(spec.column_names)}) "
+            f"FROM {self._q(relation)} WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1",
+            {"s": start, "e": end},
+        ).fetchall()
+        return {day: _checksum_text(n, h) for day, n, h in rows}
+
+    def partition_versions(
+        self, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> dict[dt.date, int]:
+        with self.connect(read_only=True) as con:
+            if not self._meta_ready(con):
+                return {}
+            rows = _x(
+                con,
+                f"SELECT partition_date, version FROM {M}.partition_versions "
+                "WHERE table_name = %(t)s AND partition_date >= %(s)s AND partition_date < %(e)s",
+                {"t": self._key(spec.name), "s": start, "e": end},
+            ).fetchall()
+        return {d: int(v) for d, v in rows}
+
+    # -- swap and rollback ---------------------------------------------------------------------
+
+    def swap_state(self, spec: TableSpec, plan_id: str) -> str | None:
+        with self.connect(read_only=True) as con:
+            if not self._meta_ready(con):
+                return None
+            row = _x(
+                con,
+                f"SELECT min(state) FROM {M}.swap_log WHERE table_name = %(t)s AND plan_id = %(p)s",
+                {"t": self._key(spec.name), "p": plan_id},
+            ).fetchone()
+        return row[0] if row else None
+
+    def _locking(self, what: str, spec: TableSpec, attempt: Any) -> Any:
+        """Run `attempt()` (one transaction) until it gets its locks, each try waiting at most
+        `swap_lock_wait_s`, for `lock_timeout_s` in all; then refuse, naming who held them."""
+        deadline = time.monotonic() + self.lock_timeout_s
+        delay = 0.05
+        while True:
+            try:
+                return attempt()
+            except _LockWait:
+                if time.monotonic() + delay >= deadline:
+                    break
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise WarehouseError(
+            f"the {what} of {spec.name} waited {self.lock_timeout_s:g}s for sessions using it "
+            f"to finish and gave up; nothing was changed. {self._holders(spec)}Retry when they "
+            "are done, or raise BACKFILL_ASSETS_LOCK_TIMEOUT_S"
+        )
+
+    def _holders(self, spec: TableSpec) -> str:
+        """Who holds locks on the table (for the refusal), best effort."""
+        with suppress(psycopg.Error, WarehouseError), self.connect() as con:
+            rows = _x(
+                con,
+                "SELECT DISTINCT a.pid, a.state, left(regexp_replace(a.query, '\\s+', ' ', 'g'), "
+                "80), extract(epoch FROM now() - a.xact_start)::int FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid JOIN pg_inherits i "
+                "ON l.relation IN (i.inhparent, i.inhrelid) WHERE i.inhparent = "
+                "to_regclass(%(t)s) AND l.granted AND a.pid <> pg_backend_pid() LIMIT 3",
+                {"t": self._q(spec.name)},
+            ).fetchall()
+            if rows:
+                shown = "; ".join(f"pid {p} ({s}, {q!r}, {age}s)" for p, s, q, age in rows)
+                return f"Held by: {shown}. "
+        return ""
+
+    def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult:
+        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup."""
+        validate_ident(plan_id, "plan id")
+        t0 = time.perf_counter()
+        if not days:
+            raise SwapRefused("the plan has no partitions to swap")
+        days = sorted({parse_day(d, "partition") for d in days})
+        result = self._locking("swap", spec, lambda: self._swap_once(spec, plan_id, days))
+        if result is None:
+            return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
+        partitions, weeks = result
+        return SwapResult(plan_id, "swapped", partitions, weeks, time.perf_counter() - t0)
+
+    def _swap_once(
+        self, spec: TableSpec, plan_id: str, days: list[dt.date]
+    ) -> tuple[dict[dt.date, dict[str, Any]], int] | None:
+        key = self._key(spec.name)
+        with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
+            self._ensure(con, spec)
+            # The plan's claim, locked: no approval, release or abandon of the table meanwhile.
+            holder = _x(
+                con,
+                f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = %(t)s FOR UPDATE",
+                {"t": key},
+            ).fetchone()
+            state = self._state(con, key, plan_id)
+            if state == "swapped":
+                return None
+            if state is not None:
+                raise SwapRefused(
+                    f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
+                    "to write this range again"
+                )
+            if holder is None or holder[0] != plan_id:
+                raise SwapRefused(
+                    f"plan {plan_id} does not hold {spec.name}"
+                    + (f" (plan {holder[0]} does)" if holder and holder[0] else " (no plan does)")
+                    + "; approve it first, and only one plan per table at a time"
+                )
+            logged = self._check_versions(con, spec, plan_id, days)
+            by_week: dict[str, list[dt.date]] = defaultdict(list)
+            for d in days:
+                by_week[week_id(d)].append(d)
+            live = self._week_tables(con, spec.name)
+            shadow = self._week_tables(con, spec.shadow_name)
+            outs = self._recorded(con, key, days)
+            pc = quote_ident(spec.partition_column)
+            cols = column_list(spec.column_names)
+            now = _utcnow()
+            backup_base = self._backup_base(spec, plan_id)
+            partitions: dict[dt.date, dict[str, Any]] = {}
+            # 1. Row work first, before any lock that blocks readers of the target: only the
+            # days of a partial week outside the plan are copied, from the live week.
+            for week, wdays in sorted(by_week.items()):
+                r0, r1 = wdays[0], wdays[-1] + dt.timedelta(days=1)
+                if (r1 - r0).days != len(wdays):
+                    raise SwapRefused(f"plan days in week {week} are not contiguous: {wdays}")
+                if week not in shadow:
+                    raise SwapRefused(
+                        f"shadow week {week} of {spec.name} does not exist; run the plan's batch "
+                        "for it first"
+                    )
+                if len(wdays) < 7:
+                    outside = f"NOT ({pc} >= %(s)s AND {pc} < %(e)s)"
+                    rng = {"s": r0, "e": r1}
+                    _x(con, f"DELETE FROM {self._q(shadow[week])} WHERE {outside}", rng)
+                    if week in live:
+                        _x(
+                            con,
+                            f"INSERT INTO {self._q(shadow[week])} ({cols}) SELECT {cols} "
+                            f"FROM {self._q(live[week])} WHERE {outside}",
+                            rng,
+                        )
+                _x(con, 
+                    f"INSERT INTO {M}.swap_log VALUES (%(t)s, %(p)s, %(w)s, %(s)s, %(e)s, %(h)s, "
+                    "'swapped', %(now)s)",
+                    {"t": key, "p": plan_id, "w": week, "s": r0, "e": r1, "h": week in live,
+                     "now": now},
+                )  # fmt: skip
+                for d in wdays:
+                    ins, out = logged[d], outs.get(d)
+                    partitions[d] = {
+                        "rows_in": _rows_of(ins),
+                        "checksum_in": ins,
+                        "rows_out": _rows_of(out),
+                        "checksum_out": out or "0:0000000000000000",
+                    }
+            self._record_swap_days(con, key, plan_id, partitions)
+            self._bump_versions(
+                con, spec, {d: p["checksum_in"] for d, p in partitions.items()}, now
+            )
+            # 2. The catalog moves, under ACCESS EXCLUSIVE on the target until COMMIT.
+            for week, wdays in sorted(by_week.items()):
+                monday = week_monday(wdays[0])
+                self._detach(con, spec.shadow_name, shadow[week])
+                if week in live:
+                    self._detach(con, spec.name, live[week])
+                    backup = self._week_table(backup_base, monday)
+                    _x(con, f"ALTER TABLE {self._q(live[week])} RENAME TO {quote_ident(backup)}")
+                name = self._week_table(spec.name, monday)
+                _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {quote_ident(name)}")
+                self._attach(con, spec.name, name, monday)
+        return partitions, len(by_week)
+
+    def _state(self, con: Connection, key: str, plan_id: str) -> str | None:
+        row = _x(
+            con,
+            f"SELECT min(state) FROM {M}.swap_log WHERE table_name = %(t)s AND plan_id = %(p)s",
+            {"t": key, "p": plan_id},
+        ).fetchone()
+        return row[0] if row else None
+
+    def _recorded(self, con: Connection, key: str, days: list[dt.date]) -> dict[dt.date, str]:
+        rows = _x(
+            con,
+            f"SELECT partition_date, checksum FROM {M}.partition_versions WHERE table_name = "
+            "%(t)s AND partition_date >= %(a)s AND partition_date <= %(b)s",
+            {"t": key, "a": days[0], "b": days[-1]},
+        ).fetchall()
+        return {d: c for d, c in rows if c}
+
+    def _record_swap_days(
+        self, con: Connection, key: str, plan_id: str, partitions: Mapping[dt.date, Mapping]
+    ) -> None:
+        with con.cursor() as cur:
+            _xm(cur, 
+                f"INSERT INTO {M}.swap_days VALUES (%(t)s, %(p)s, %(d)s, %(ri)s, %(ci)s, %(ro)s, "
+                "%(co)s) ON CONFLICT (table_name, plan_id, partition_date) DO UPDATE SET "
+                "rows_in = excluded.rows_in, checksum_in = excluded.checksum_in, "
+                "rows_out = excluded.rows_out, checksum_out = excluded.checksum_out",
+                [
+                    {"t": key, "p": plan_id, "d": d, "ri": p["rows_in"], "ci": p["checksum_in"],
+                     "ro": p["rows_out"], "co": p["checksum_out"]}
+                    for d, p in sorted(partitions.items())
+                ],
+            )  # fmt: skip
+
+    def _check_versions(
+        self, con: Connection, spec: TableSpec, plan_id: str, days: list[dt.date]
+    ) -> dict[dt.date, str]:
+        """Refuse unless every day's shadow was built by the plan against the live version that
+        is still current; locks those rows until COMMIT. Returns each day's shadow checksum."""
+        key = self._key(spec.name)
+        rng = {"t": key, "a": days[0], "b": days[-1]}
+        _x(
+            con,
+            f"SELECT 1 FROM {M}.partition_versions WHERE table_name = %(t)s AND partition_date "
+            ">= %(a)s AND partition_date <= %(b)s FOR UPDATE",
+            rng,
+        )
+        rows = _x(
+            con,
+            f"SELECT s.partition_date, s.plan_id, s.base_version, coalesce(v.version, 0), "
+            f"s.checksum FROM {M}.shadow_log s LEFT JOIN {M}.partition_versions v "
+            "ON v.table_name = s.table_name AND v.partition_date = s.partition_date "
+            "WHERE s.table_name = %(t)s AND s.partition_date >= %(a)s "
+            "AND s.partition_date <= %(b)s FOR UPDATE OF s",
+            rng,
+        ).fetchall()
+        seen = {r[0]: r for r in rows}
+        missing = [d.isoformat() for d in days if d not in seen or seen[d][1] != plan_id]
+        if missing:
+            raise SwapRefused(
+                f"the shadow of {spec.name} was not built by plan {plan_id} for "
+                f"{_fmt_days(missing)}; run those batches of the plan, then swap again"
+            )
+        stale = [d.isoformat() for d in days if seen[d][2] != seen[d][3]]
+        if stale:
+            raise SwapRefused(
+                f"{spec.name} was written after its shadow was built for {_fmt_days(stale)} "
+                "(e.g. by the daily run); re-run those batches so the gates see the newer data, "
+                "then swap again"
+            )
+        return {d: seen[d][4] for d in days}
+
+    def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
+        """Put the backed-up weeks back; days of those weeks outside the plan keep live data."""
+        validate_ident(plan_id, "plan id")
+        t0 = time.perf_counter()
+        result = self._locking("rollback", spec, lambda: self._rollback_once(spec, plan_id))
+        if result is None:
+            return SwapResult(plan_id, "already_rolled_back", {}, 0, time.perf_counter() - t0)
+        partitions, weeks = result
+        return SwapResult(plan_id, "rolled_back", partitions, weeks, time.perf_counter() - t0)
+
+    def _rollback_once(
+        self, spec: TableSpec, plan_id: str
+    ) -> tuple[dict[dt.date, dict[str, Any]], int] | None:
+        key = self._key(spec.name)
+        with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
+            self._ensure(con, spec)
+            _x(
+                con,
+                f"SELECT 1 FROM {M}.plan_claims WHERE table_name = %(t)s FOR UPDATE",
+                {"t": key},
+            )
+            log = _x(
+                con,
+                f"SELECT week, range_start, range_end, had_live, state FROM {M}.swap_log "
+                "WHERE table_name = %(t)s AND plan_id = %(p)s ORDER BY week FOR UPDATE",
+                {"t": key, "p": plan_id},
+            ).fetchall()
+            if not log:
+                raise SwapRefused(
+                    f"plan {plan_id} was never swapped into {spec.name}; nothing to roll back"
+                )
+            states = {r[4] for r in log}
+            if states == {"rolled_back"}:
+                return None
+            if states != {"swapped"}:
+                raise SwapRefused(
+                    f"plan {plan_id} cannot be rolled back: its backup is {sorted(states)}"
+                )
+            later = _x(
+                con,
+                f"SELECT DISTINCT o.plan_id FROM {M}.swap_log o JOIN {M}.swap_log m "
+                "ON o.table_name = m.table_name AND o.week = m.week "
+                "WHERE m.table_name = %(t)s AND m.plan_id = %(p)s AND o.plan_id <> %(p)s "
+                "AND o.changed_at >= m.changed_at AND o.state IN ('swapped', 'released') "
+                "ORDER BY 1",
+                {"t": key, "p": plan_id},
+            ).fetchall()
+            if later:
+                others = ", ".join(r[0] for r in later)
+                raise SwapRefused(
+                    f"plan {plan_id} cannot be rolled back: plan {others} swapped the same weeks "
+                    f"of {spec.name} after it; roll that plan back first (rollbacks go in reverse "
+                    "swap order)"
+                )
+            live = self._week_tables(con, spec.name)
+            backup = self._week_tables(con, self._backup_base(spec, plan_id))
+            swapped = _x(
+                con,
+                f"SELECT partition_date, checksum_out FROM {M}.swap_days "
+                "WHERE table_name = %(t)s AND plan_id = %(p)s",
+                {"t": key, "p": plan_id},
+            ).fetchall()
+            restored = dict(swapped)
+            days = [d for _, r0, r1, _, _ in log for d in _days(r0, r1)]
+            current = self._recorded(con, key, days)
+            pc = quote_ident(spec.partition_column)
+            cols = column_list(spec.column_names)
+            now = _utcnow()
+            partitions: dict[dt.date, dict[str, Any]] = {}
+            moves: list[tuple[str, str | None, str, dt.date]] = []
+            # 1. Row work first: the days of a partial week outside the plan may have been
+            # written since the swap; the backup week takes them from the live week.
+            for week, r0, r1, had_live, _ in log:
+                if had_live and week not in backup:
+                    raise SwapRefused(f"backup of week {week} for plan {plan_id} is missing")
+                cur = live.get(week)
+                rng = {"s": r0, "e": r1}
+                outside = f"NOT ({pc} >= %(s)s AND {pc} < %(e)s)"
+                if had_live:
+                    bk = self._q(backup[week])
+                    _x(con, f"DELETE FROM {bk} WHERE {outside}", rng)
+                    if cur:
+                        _x(
+                            con,
+                            f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM {self._q(cur)} "
+                            f"WHERE {outside}",
+                            rng,
+                        )
+                    moves.append((week, cur, backup[week], r0))
+                elif cur:
+                    _x(con, f"DELETE FROM {self._q(cur)} WHERE {pc} >= %(s)s AND {pc} < %(e)s", rng)
+                for d in _days(r0, r1):
+                    back = restored.get(d, "0:0000000000000000") if had_live else None
+                    partitions[d] = {
+                        "rows_in": _rows_of(back),
+                        "checksum_in": back or "0:0000000000000000",
+                        "rows_out": _rows_of(current.get(d)),
+                        "checksum_out": current.get(d, "0:0000000000000000"),
+                    }
+            self._bump_versions(
+                con, spec, {d: p["checksum_in"] for d, p in partitions.items()}, now
+            )
+            _x(
+                con,
+                f"UPDATE {M}.swap_log SET state = 'rolled_back', changed_at = %(now)s "
+                "WHERE table_name = %(t)s AND plan_id = %(p)s",
+                {"t": key, "p": plan_id, "now": now},
+            )
+            self._free_plan(con, spec.name, plan_id)
+            # 2. The catalog moves.
+            for _, cur, bk, r0 in moves:
+                monday = week_monday(r0)
+                if cur:
+                    self._detach(con, spec.name, cur)
+                    _x(con, f"DROP TABLE {self._q(cur)}")
+                name = self._week_table(spec.name, monday)
+                _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {quote_ident(name)}")
+                self._attach(con, spec.name, name, monday)
+        return partitions, len(log)
+
+    # -- coordination: the writer lease and the plan that holds each table ---------------------
+
+    def _lease_row(self, con: Connection, key: str, lock: bool = False) -> LeaseHolder | None:
+        row = _x(
+            con,
+            f"SELECT holder_id, role, job_name, plan_id, host, pid, claimed_at FROM "
+            f"{M}.writer_lease WHERE table_name = %(t)s AND holder_id IS NOT NULL"
+            + (" FOR UPDATE" if lock else ""),
+            {"t": key},
+        ).fetchone()
+        if row is None:
+            return None
+        return LeaseHolder(row[0], row[1] or "", row[2] or "", row[3] or "", row[4] or "",
+                           int(row[5] or 0), row[6])  # fmt: skip
+
+    def claim_writer(
+        self, table: str, holder: LeaseHolder, *, takeover: str | None = None
+    ) -> LeaseHolder:
+        """Take `table`'s writer lease if it is free, already ours, or held by `takeover` (a
+        holder the caller found dead); return whoever holds it afterwards. The lease row is
+        locked for the decision: two claimants never both win."""
+        key = self._key(table)
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            _x(
+                con,
+                f"INSERT INTO {M}.writer_lease (table_name) VALUES (%(t)s) "
+                "ON CONFLICT (table_name) DO NOTHING",
+                {"t": key},
+            )
+            _x(
+                con,
+                f"SELECT 1 FROM {M}.writer_lease WHERE table_name = %(t)s FOR UPDATE",
+                {"t": key},
+            )
+            current = self._lease_row(con, key)
+            if current is not None and current.holder_id not in (holder.holder_id, takeover):
+                return current
+            same = current is not None and current.holder_id == holder.holder_id
+            _x(con, 
+                f"UPDATE {M}.writer_lease SET holder_id = %(h)s, role = %(r)s, job_name = %(j)s, "
+                "plan_id = %(p)s, host = %(host)s, pid = %(pid)s, claimed_at = %(at)s "
+                "WHERE table_name = %(t)s",
+                {"t": key, "h": holder.holder_id, "r": holder.role, "j": holder.job_name,
+                 "p": holder.plan_id, "host": holder.host, "pid": holder.pid,
+                 "at": current.claimed_at if same and current else _utcnow()},
+            )  # fmt: skip
+            return self._lease_row(con, key) or holder
+
+    def release_writer(self, table: str, holder_id: str) -> bool:
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            done = _x(
+                con,
+                f"UPDATE {M}.writer_lease SET holder_id = NULL WHERE table_name = %(t)s AND "
+                "holder_id = %(h)s RETURNING 1",
+                {"t": self._key(table), "h": holder_id},
+            ).fetchall()
+        return bool(done)
+
+    def writer(self, table: str) -> LeaseHolder | None:
+        with self.connect(read_only=True) as con:
+            if not self._meta_ready(con):
+                return None
+            return self._lease_row(con, self._key(table))
+
+    def claim_plan(self, table: str, plan_id: str) -> str:
+        """Make `plan_id` the plan that holds `table`, if none does; return the plan that holds
+        it afterwards. Approvals racing for one table: exactly one wins (the row is locked)."""
+        validate_ident(plan_id, "plan id")
+        key = self._key(table)
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            _x(
+                con,
+                f"INSERT INTO {M}.plan_claims (table_name) VALUES (%(t)s) "
+                "ON CONFLICT (table_name) DO NOTHING",
+                {"t": key},
+            )
+            row = _x(
+                con,
+                f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = %(t)s FOR UPDATE",
+                {"t": key},
+            ).fetchone()
+            if row and row[0]:
+                return str(row[0])
+            _x(
+                con,
+                f"UPDATE {M}.plan_claims SET plan_id = %(p)s, claimed_at = %(at)s "
+                "WHERE table_name = %(t)s",
+                {"t": key, "p": plan_id, "at": _utcnow()},
+            )
+            return plan_id
+
+    def release_plan(self, table: str, plan_id: str) -> bool:
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            return self._free_plan(con, table, plan_id)
+
+    def _free_plan(self, con: Connection, table: str, plan_id: str) -> bool:
+        done = _x(
+            con,
+            f"UPDATE {M}.plan_claims SET plan_id = NULL WHERE table_name = %(t)s "
+            "AND plan_id = %(p)s RETURNING 1",
+            {"t": self._key(table), "p": plan_id},
+        ).fetchall()
+        return bool(done)
+
+    def active_plan(self, table: str) -> str | None:
+        with self.connect(read_only=True) as con:
+            if not self._meta_ready(con):
+                return None
+            row = _x(
+                con,
+                f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = %(t)s",
+                {"t": self._key(table)},
+            ).fetchone()
+        return row[0] if row and row[0] else None
+
+    # -- plain tables: sources and reference data (not backfillable, no shadow) ----------------
+
+    def replace_plain_partitions(
+        self,
+        table: str,
+        columns: list[tuple[str, str]],
+        partition_column: str,
+        select_sql: str | pd.DataFrame,
+        start: dt.date,
+        end: dt.date,
+        params: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Replace days [start, end) of a plain table atomically: a SELECT (DuckDB dialect,
+        transpiled) run once per day with `$day` bound, or a DataFrame of those days."""
+        qt, pc = self._q(table), quote_ident(partition_column)
+        ddl = ", ".join(f"{quote_ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
+        names = [n for n, _ in columns]
+        rng = {"s": start, "e": end}
+        with self.transaction() as con:
+            self._ensure_schema(con)
+            _x(con, f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
+            _x(con, f"DELETE FROM {qt} WHERE {pc} >= %(s)s AND {pc} < %(e)s", rng)
+            if isinstance(select_sql, str):
+                sql = transpile(select_sql, "postgres")
+                for day in _days(start, end):
+                    _x(
+                        con,
+                        f"INSERT INTO {qt} ({column_list(names)}) SELECT {column_list(names)} "
+                        f"FROM ({sql}) AS src",
+                        {**(params or {}), "day": day},
+                    )
+            else:
+                self._copy_frame(con, table, names, select_sql)
+            row = _x(
+                con, f"SELECT count(*) FROM {qt} WHERE {pc} >= %(s)s AND {pc} < %(e)s", rng
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def replace_reference_table(
+        self, table: str, columns: list[tuple[str, str]], rows: list[tuple]
+    ) -> None:
+        """Replace a small reference table (e.g. FX rates) in one transaction."""
+        qt = self._q(table)
+        ddl = ", ".join(f"{quote_ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
+        marks = ", ".join("%s" for _ in columns)
+        with self.transaction() as con:
+            self._ensure_schema(con)
+            _x(con, f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
+            _x(con, f"DELETE FROM {qt}")
+            if rows:
+                with con.cursor() as cur:
+                    _xm(cur, f"INSERT INTO {qt} VALUES ({marks})", rows)
+
+    def release_backup(self, spec: TableSpec, plan_id: str) -> int:
+        """Drop a swapped plan's backup weeks; after this the plan can no longer roll back."""
+        validate_ident(plan_id, "plan id")
+        key = self._key(spec.name)
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            state = self._state(con, key, plan_id)
+            if state is None:
+                raise SwapRefused(
+                    f"plan {plan_id} has no backup in {spec.name}: it was never swapped"
+                )
+            backup = self._week_tables(con, self._backup_base(spec, plan_id))
+            for name in backup.values():
+                _x(con, f"DROP TABLE {self._q(name)}")
+            self._free_plan(con, spec.name, plan_id)
+            if state == "swapped":
+                _x(
+                    con,
+                    f"UPDATE {M}.swap_log SET state = 'released', changed_at = %(now)s "
+                    "WHERE table_name = %(t)s AND plan_id = %(p)s",
+                    {"t": key, "p": plan_id, "now": _utcnow()},
+                )
+        return len(backup)
+
+    def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int:
+        """Drop every shadow week and its build log; with `plan_id` (an abandoned plan), free
+        the table from that plan in the same transaction."""
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            if plan_id is not None:
+                self._free_plan(con, spec.name, plan_id)
+            tables = self._week_tables(con, spec.shadow_name)
+            for name in tables.values():
+                _x(con, f"DROP TABLE {self._q(name)}")
+            _x(
+                con,
+                f"DELETE FROM {M}.shadow_log WHERE table_name = %(t)s",
+                {"t": self._key(spec.name)},
+            )
+        return len(tables)
+
+    def build_problem(self, spec: TableSpec, build: SQL) -> str | None:
+        """Why `build` cannot run here (PostgreSQL's own error for its transpiled SELECT), or
+        None: it plans, or the tables it reads do not exist yet, or the server is unreachable
+        (nothing can be judged then)."""
+        sql = sql_for(build, "postgres")
+        pc = quote_ident(spec.partition_column)
+        day = dt.date(2000, 1, 3)
+        try:
+            with self.connect(read_only=True) as con:
+                _x(
+                    con,
+                    f"EXPLAIN SELECT {column_list(spec.column_names)} FROM ({sql}) AS build "
+                    f"WHERE {pc} >= %(start)s AND {pc} < %(end)s",
+                    {"start": day, "end": day + dt.timedelta(days=1)},
+                )
+        except WarehouseError:
+            return None
+        except (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName):
+            return None
+        except psycopg.Error as e:
+            return str(e).strip().splitlines()[0]
+        return None
+
+    def live_week_count(self, spec: TableSpec) -> int:
+        with self.connect(read_only=True) as con:
+            return len(self._attached(con, spec.name))
+
+
+class _LockWait(WarehouseError):
+    """One attempt did not get its locks within its wait (retried by `_locking`)."""
+
+
+def _x(con: Connection, sql: str, params: Any = None) -> psycopg.Cursor[TupleRow]:
+    """`con.execute` for SQL composed here from validated identifiers (psycopg's types want a
+    literal string)."""
+    return con.execute(cast("LiteralString", sql), params)
+
+
+def _xm(cur: psycopg.Cursor[TupleRow], sql: str, params: Sequence[Any]) -> None:
+    cur.executemany(cast("LiteralString", sql), params)
+
+
+def _msg(e: BaseException) -> str:
+    """A driver error on one line."""
+    return " ".join(str(e).split())
+
+
+def _utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def _days(start: dt.date, end: dt.date) -> list[dt.date]:
+    return [start + dt.timedelta(days=i) for i in range((end - start).days)]
+
+
+def _rows_of(checksum: str | None) -> int:
+    return int(checksum.split(":")[0]) if checksum else 0
+
+
+def _fmt_days(days: list[str]) -> str:
+    return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
+
+
+def _is_missing(value: Any, pd: Any) -> bool:
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """numpy and pandas scalars as the Python values psycopg adapts."""
+    to_py = getattr(value, "to_pydatetime", None)
+    if callable(to_py):
+        return to_py()
+    item = getattr(value, "item", None)
+    if callable(item) and not isinstance(value, str | bytes):
+        with suppress(ValueError, TypeError):
+            return item()
+    return value
