@@ -45,6 +45,16 @@ class Size:
     detection_seeds: int
     # planning: assets in the synthetic graph (the range is always 5 years of days).
     planning_assets: int = 10_000
+    # postgres: orders per day of the backfilled range (the same `days` as safety_overhead; raw
+    # rows land through the example's loader, ~50k rows/s here, so fewer than DuckDB's), of the
+    # swapped range (`swap_weeks`, with `swap_history_factors`), and of the reader comparison's
+    # history: `pg_reader_weeks` ISO weeks (261 = 5 years) in the partitioned target and in a
+    # plain table, each query shape timed `pg_query_reps` times per table and round.
+    pg_rows_per_day: int = 20_000
+    pg_swap_rows_per_day: int = 5_000
+    pg_reader_weeks: int = 261
+    pg_reader_rows_per_day: int = 5_000
+    pg_query_reps: int = 5
 
     @property
     def start(self) -> dt.date:
@@ -71,6 +81,11 @@ SIZES: dict[str, Size] = {
         gate_timing_weeks=3,
         detection_seeds=3,
         planning_assets=500,
+        pg_rows_per_day=1_000,
+        pg_swap_rows_per_day=200,
+        pg_reader_weeks=26,
+        pg_reader_rows_per_day=200,
+        pg_query_reps=3,
     ),
     "default": Size(
         name="default",
@@ -82,6 +97,11 @@ SIZES: dict[str, Size] = {
         swap_rounds_min=7,
         gate_timing_weeks=4,
         detection_seeds=20,
+        pg_rows_per_day=20_000,
+        pg_swap_rows_per_day=5_000,
+        pg_reader_weeks=261,
+        pg_reader_rows_per_day=5_000,
+        pg_query_reps=5,
     ),
 }
 

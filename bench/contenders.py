@@ -23,13 +23,21 @@ from typing import Any  # noqa: E402
 
 RESULT_PREFIX = "BENCH_RESULT "
 
-# name -> (module, function); every function is fn(path, start, end) -> dict of extra details.
+# name -> (module, function); every function is fn(db, start, end) -> dict of extra details, where
+# db is a DuckDB file's Path, or a PostgreSQL URL (str) for the `_pg` contenders.
 CONTENDERS: dict[str, tuple[str, str]] = {
     "floor": ("bench.contender_floor", "run_floor"),
     "naive_dagster": ("bench.contender_naive_dagster", "run_naive_dagster"),
     "dbt_microbatch": ("bench.contender_dbt", "run_dbt_microbatch"),
     "backfill_assets": ("bench.contender_backfill_assets", "run_backfill_assets"),
     "backfill_assets_dagster": ("bench.contender_backfill_assets", "run_backfill_assets_dagster"),
+    # PostgreSQL (the `postgres` measure): --db is a postgresql:// URL.
+    "floor_pg": ("bench.contender_floor_pg", "run_floor_pg"),
+    "backfill_assets_pg": ("bench.contender_backfill_assets", "run_backfill_assets_pg"),
+    "backfill_assets_dagster_pg": (
+        "bench.contender_backfill_assets",
+        "run_backfill_assets_dagster_pg",
+    ),
 }
 
 
@@ -41,7 +49,7 @@ def _vm_hwm_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _load(name: str) -> Callable[[Path, dt.date, dt.date], dict[str, Any]]:
+def _load(name: str) -> Callable[[Any, dt.date, dt.date], dict[str, Any]]:
     module, func = CONTENDERS[name]
     return getattr(importlib.import_module(module), func)
 
@@ -49,15 +57,17 @@ def _load(name: str) -> Callable[[Path, dt.date, dt.date], dict[str, Any]]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("name", choices=sorted(CONTENDERS))
-    ap.add_argument("--db", type=Path, required=True)
+    ap.add_argument("--db", required=True, help="a DuckDB file, or a postgresql:// URL")
     ap.add_argument("--start", type=dt.date.fromisoformat, required=True)
     ap.add_argument("--end", type=dt.date.fromisoformat, required=True, help="exclusive")
     args = ap.parse_args(argv)
 
+    # A URL stays a string: Path() would fold its `//`.
+    db = args.db if args.db.startswith(("postgresql://", "postgres://")) else Path(args.db)
     fn = _load(args.name)
     t_imported = time.perf_counter()
     try:
-        extra = fn(args.db, args.start, args.end)
+        extra = fn(db, args.start, args.end)
     except NotImplementedError as e:
         # A contender that is declared but not built yet: recorded, not failed.
         print(RESULT_PREFIX + json.dumps({"status": "not_implemented", "reason": str(e)}))

@@ -22,9 +22,10 @@ class BenchError(RuntimeError):
 
 
 def run_contender(
-    name: str, db: Path, start: dt.date, end: dt.date, log_dir: Path
+    name: str, db: Path | str, start: dt.date, end: dt.date, log_dir: Path
 ) -> dict[str, Any]:
     """Run one contender in a fresh interpreter; return its result plus the parent's view.
+    `db` is a DuckDB file, or a PostgreSQL URL for the `_pg` contenders.
 
     `process_s` is the whole subprocess as the parent saw it (interpreter start included);
     `wall_s` is measured inside the child from before its contender imports to the end.

@@ -11,7 +11,7 @@ from typing import Any
 
 from bench.config import NOT_YET_MEASURED
 
-PACKAGES = ("duckdb", "dagster", "dbt-core", "dbt-duckdb")
+PACKAGES = ("duckdb", "dagster", "dbt-core", "dbt-duckdb", "psycopg", "dagster-postgres")
 
 
 def machine() -> dict[str, Any]:
@@ -65,8 +65,14 @@ def _goals(goals: list[dict[str, Any]]) -> list[str]:
 
 
 def _safety(r: dict[str, Any]) -> list[str]:
+    return _contenders(r, "floor", ("backfill_assets",))
+
+
+def _contenders(r: dict[str, Any], floor_name: str, phased: tuple[str, ...]) -> list[str]:
+    """Contenders side by side as multiples of `floor_name`, the wall split of those in
+    `phased`, the paired ratios and the goals."""
     rows = []
-    floor = r["contenders"].get("floor", {}).get("wall_s")
+    floor = r["contenders"].get(floor_name, {}).get("wall_s")
     for name, c in r["contenders"].items():
         if c["status"] != "measured":
             rows.append([name, c["what"], NOT_YET_MEASURED, "", "", "", ""])
@@ -95,13 +101,14 @@ def _safety(r: dict[str, Any]) -> list[str]:
         rows,
         right_from=2,
     )
-    phases = r["contenders"].get("backfill_assets", {}).get("phases_s")
-    if phases:
-        out += [
-            "",
-            "backfill_assets wall split (median s): "
-            + ", ".join(f"{k.removesuffix('_s')} {_f(v)}" for k, v in phases.items()),
-        ]
+    for name in phased:
+        phases = r["contenders"].get(name, {}).get("phases_s")
+        if phases:
+            out += [
+                "",
+                f"{name} wall split (median s): "
+                + ", ".join(f"{k.removesuffix('_s')} {_f(v)}" for k, v in phases.items()),
+            ]
     out += [
         "",
         "Ratios (median of per-round ratios; ratio of medians in brackets): "
@@ -198,11 +205,127 @@ def _planning(r: dict[str, Any]) -> list[str]:
     return [*_table(["planning", ""], rows, right_from=1), "", *_goals(r["goals"])]
 
 
+def _postgres(r: dict[str, Any]) -> list[str]:
+    server = r["server"]
+    out = [
+        f"One throwaway PostgreSQL {server['server_version']} server ("
+        + ", ".join(f"{k} {v}" for k, v in server.items() if k != "server_version")
+        + ").",
+    ]
+    b = r["backfill"]
+    rng = b["range"]
+    out += [
+        "",
+        "### backfill: a_pg (floor), d_pg (warehouse level), d'_pg (through Dagster)",
+        "",
+        f"Range {rng['start']}..{rng['end']} ({rng['days']} days x {rng['rows_per_day']:,} "
+        f"rows/day = {rng['rows']:,} rows), v1 -> v2; every contender starts from a copy of one "
+        f"template database (raw landed in {_f(rng['land_raw_s'], 1)} s, targets built in "
+        f"{_f(rng['build_targets_s'], 1)} s). Peak RSS is the client process's.",
+        "",
+        *_contenders(b, "floor_pg", ("backfill_assets_pg", "backfill_assets_dagster_pg")),
+    ]
+    sw = r["swap"]
+    srng = sw["range"]
+    rows = [
+        [
+            k,
+            f"{v['live_rows']:,}",
+            str(v["live_partitions"]),
+            _f(v["swap_s"] * 1000, 1),
+            _f(v["rollback_s"] * 1000, 1),
+            str(v["n"]),
+        ]
+        for k, v in sw["variants"].items()
+    ]
+    out += [
+        "",
+        "### swap and rollback",
+        "",
+        f"Range {srng['start']}..{srng['end']} ({srng['weeks']} weeks x 7 x "
+        f"{srng['rows_per_day']:,} rows/day) swapped into a target with 1x and 10x history.",
+        "",
+        *_table(
+            [
+                "history",
+                "live rows",
+                "live partitions",
+                "swap ms (median)",
+                "rollback ms (median)",
+                "runs",
+            ],
+            rows,
+        ),
+        "",
+        "Ratios: " + "; ".join(f"{k} = {_f(v)}" for k, v in sw["ratios"].items()),
+    ]
+    br = r["blocked_readers"]
+    n = br["normal_ms"]
+    out += [
+        "",
+        "### readers during swaps and rollbacks",
+        "",
+        f"{br['queries']:,} one-day queries of the swapped range from another process over "
+        f"{br['rounds']} swap+rollback rounds on the {br['history']} target: normal latency "
+        f"median {_f(n['median'])} ms, p99 {_f(n['p99'])} ms, max {_f(n['max'])} ms "
+        f"({n['n']:,} queries).",
+        "",
+        *_table(
+            ["during", "queries overlapping", "median ms", "max ms", "op ms (median)"],
+            [
+                [
+                    kind,
+                    str(br[kind]["queries_overlapping"]),
+                    _f(br[kind]["median_ms"]),
+                    _f(br[kind]["max_ms"]),
+                    _f(br[f"{kind}_ms_with_readers"], 1),
+                ]
+                for kind in ("swap", "rollback")
+            ],
+        ),
+        "",
+        f"Longest extra wait of a reader behind a swap or rollback: "
+        f"{_f(br['longest_wait_ms'], 1)} ms.",
+    ]
+    rq = r["reader_queries"]
+    h = rq["history"]
+    shape_rows = [
+        [
+            k,
+            v["what"],
+            _f(v["partitioned_ms"]),
+            _f(v["plain_ms"]),
+            _f(v["ratio"]),
+            "<= 1.2" if v["has_goal"] else "(none)",
+        ]
+        for k, v in rq["shapes"].items()
+    ]
+    out += [
+        "",
+        "### reader queries: partitioned target vs. plain table",
+        "",
+        f"{h['weeks']} ISO weeks ({h['first_day']}..{h['last_day']}) x "
+        f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: {h['partitions']} "
+        f"partitions, {h['partitioned_mib']:.0f} MiB; plain table: indexes on "
+        + " and ".join(f"({', '.join(c)})" for c in h["plain_indexes"])
+        + f", {h['plain_mib']:.0f} MiB. Loaded in {_f(h['load_s'], 1)} s. Medians of "
+        f"{rq['reps']} runs per round, ratio = median over {rq['rounds']} rounds.",
+        "",
+        *_table(
+            ["shape", "what", "partitioned ms", "plain ms", "ratio", "goal"],
+            shape_rows,
+            right_from=2,
+        ),
+    ]
+    return out + _goals(r["goals"])
+
+
 RENDERERS = {
     "safety_overhead": _safety,
     "swap_scaling": _swap,
     "gates": _gates,
     "planning": _planning,
+    "postgres": _postgres,
 }
 
 
@@ -220,11 +343,12 @@ def markdown(doc: dict[str, Any]) -> str:
         + ", ".join(f"{k}={v}" for k, v in run["sizes"].items() if k != "name")
         + "`.",
     ]
-    for name in ("safety_overhead", "swap_scaling", "gates", "planning"):
+    for name in RENDERERS:
         entry = doc.get(name, {"status": "not run"})
         out += ["", f"## {name}", ""]
-        if entry.get("status") != "measured" or name not in RENDERERS:
-            out.append(f"_{entry.get('status')}_")
+        if entry.get("status") != "measured":
+            reason = f": {entry['reason']}" if entry.get("reason") else ""
+            out.append(f"_{entry.get('status')}{reason}_")
             continue
         if entry.get("measured_at") and entry["measured_at"] != run["started_at"]:
             out.append(f"(measured in an earlier run, {entry['measured_at']})")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import gates, planning, safety_overhead, swap_scaling
+from bench import gates, planning, postgres, safety_overhead, swap_scaling
 from bench.config import DEFAULT_OUT, NOT_YET_MEASURED, SIZES, BenchContext
 from bench.data import Templates
 from bench.measure import rounded
@@ -32,6 +32,7 @@ MEASURES: dict[str, Measure] = {
     "swap_scaling": lambda ctx, _templates: swap_scaling.run(ctx),
     "gates": gates.run,
     "planning": lambda ctx, _templates: planning.run(ctx),
+    "postgres": postgres.run,
 }
 
 
@@ -81,6 +82,9 @@ def run_measures(ctx: BenchContext, names: list[str], started_at: str) -> dict[s
         seconds = time.perf_counter() - t0
         if results.get("status") == NOT_YET_MEASURED:
             entries[name] = {"status": NOT_YET_MEASURED}
+        elif "status" in results:
+            # A measure that could not run here (e.g. no PostgreSQL binaries) says why.
+            entries[name] = {"status": results["status"], "reason": results.get("reason", "")}
         else:
             entries[name] = {
                 "status": "measured",

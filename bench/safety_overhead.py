@@ -73,9 +73,21 @@ def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     return summarise(runs, skipped)
 
 
-def summarise(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str]) -> dict[str, Any]:
+def summarise(
+    runs: dict[str, list[dict[str, Any]]],
+    skipped: dict[str, str],
+    *,
+    described: list[tuple[str, str]] | None = None,
+    subjects: tuple[str, ...] = SUBJECTS,
+    goals_on: list[tuple[str, str, float]] = GOALS,
+) -> dict[str, Any]:
+    """Medians per contender (name, what it is), and the paired ratios of each subject to each
+    denominator of `goals_on` with their goals. Defaults: this measure's contenders and goals
+    (the `postgres` measure passes its own)."""
+    if described is None:
+        described = [(name, what) for name, _, what in CONTENDERS]
     contenders: dict[str, Any] = {}
-    for name, _, what in CONTENDERS:
+    for name, what in described:
         if name in skipped or not runs[name]:
             contenders[name] = {
                 "status": NOT_YET_MEASURED,
@@ -99,9 +111,9 @@ def summarise(runs: dict[str, list[dict[str, Any]]], skipped: dict[str, str]) ->
         if phases:
             contenders[name]["phases_s"] = {k: median([p[k] for p in phases]) for k in phases[0]}
     ratios, goals = {}, []
-    for subject_name in SUBJECTS:
+    for subject_name in subjects:
         subject = [r["wall_s"] for r in runs[subject_name]]
-        for den, op, limit in GOALS:
+        for den, op, limit in goals_on:
             other = [r["wall_s"] for r in runs[den]]
             if not subject or len(other) != len(subject):
                 continue

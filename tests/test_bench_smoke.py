@@ -13,7 +13,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning")
+MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning", "postgres")
+PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
+PG_SHAPES = (
+    "revenue_by_day_90d",
+    "one_day_count",
+    "key_lookup",
+    "full_scan_aggregate",
+    "week_self_join",
+)
 
 
 @pytest.mark.slow
@@ -54,5 +62,32 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         "backfill_assets_dagster",
     ):
         assert contenders[name]["status"] == "measured"
+    assert_postgres_entries(doc["postgres"]["results"])
     assert doc["machine"]["nproc"] >= 1
-    assert (tmp_path / "latest.md").read_text().startswith("# backfill_assets bench")
+    md = (tmp_path / "latest.md").read_text()
+    assert md.startswith("# backfill_assets bench")
+    assert "### reader queries: partitioned target vs. plain table" in md
+
+
+def assert_postgres_entries(pg: dict) -> None:
+    """The postgres measure ran its three contenders on a real server and reported every part:
+    backfill ratios, swap/rollback at both history sizes, readers during swaps, query shapes."""
+    backfill = pg["backfill"]
+    for name in PG_CONTENDERS:
+        assert backfill["contenders"][name]["status"] == "measured", name
+    assert set(backfill["ratios"]) == {
+        "backfill_assets_pg/floor_pg",
+        "backfill_assets_dagster_pg/floor_pg",
+    }
+    variants = pg["swap"]["variants"]
+    assert set(variants) == {"1x", "10x"}
+    assert variants["10x"]["live_partitions"] > variants["1x"]["live_partitions"]
+    readers = pg["blocked_readers"]
+    assert readers["swap"]["queries_overlapping"] + readers["rollback"]["queries_overlapping"] > 0
+    assert "longest_wait_ms" in readers
+    shapes = pg["reader_queries"]["shapes"]
+    assert set(shapes) == set(PG_SHAPES)
+    assert pg["reader_queries"]["history"]["rows"] > 0
+    goal_names = " ".join(g["goal"] for g in pg["goals"])
+    for part in ("backfill_assets_pg/floor_pg", "swap 10x/1x", "reader wait", "one_day_count"):
+        assert part in goal_names, part

@@ -1,0 +1,187 @@
+"""What readers pay for the partitioned target: five query shapes on years of daily history,
+on the partitioned target (one partition per ISO week) and on a plain table with the same rows.
+
+The history is `pg_reader_weeks` ISO weeks (261 = 5 years at default size) of
+`pg_reader_rows_per_day` orders: one real week landed and built by v1, the other weeks copies of
+it with shifted dates and ids written through the adapter (13 weeks per transaction); the plain
+table is then filled from the target in date order, its indexes built (the key, as the target
+has, and the date: see bench.pg_data.PLAIN_INDEXES), and both are vacuumed and analyzed.
+
+Each round runs every shape `pg_query_reps` times on each table, alternating which table goes
+first; a shape's figure per round is the median of its runs, its ratio the median over rounds
+of partitioned/plain. Queries are planned each time (not prepared), as ad-hoc and dashboard
+queries are: planning over the partitions is part of what a reader pays. The parameters (days,
+keys) change from run to run, the same for both tables.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any, LiteralString, cast
+
+import psycopg
+
+from backfill_assets.example import orders as o
+from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from bench.config import BenchContext
+from bench.measure import BenchError, goal, median, paired_ratio
+from bench.pg_data import (
+    PLAIN_INDEXES,
+    PLAIN_TABLE,
+    PgServer,
+    add_history,
+    create_plain,
+    land_sources,
+    table_facts,
+    vacuum_analyze,
+)
+
+DB = "bench_readers"
+RATIO_GOAL = 1.2
+# key -> (what it asks, SQL over {t}, has a goal). Parameters are filled per run by _params.
+SHAPES: dict[str, tuple[str, str, bool]] = {
+    "revenue_by_day_90d": (
+        "last 90 days' revenue by day",
+        "SELECT order_date, sum(net_revenue_usd) FROM {t} WHERE order_date >= %(s)s "
+        "AND order_date < %(e)s AND NOT is_cancelled GROUP BY order_date ORDER BY order_date",
+        True,
+    ),
+    "one_day_count": (
+        "one day's count",
+        "SELECT count(*) FROM {t} WHERE order_date = %(d)s",
+        True,
+    ),
+    "key_lookup": (
+        "point lookup by key, no date",
+        "SELECT * FROM {t} WHERE order_id = %(id)s",
+        False,  # reported next to the plain table's cost: every partition's index is probed
+    ),
+    "full_scan_aggregate": (
+        "full-scan aggregate by country",
+        "SELECT country, count(*), sum(net_revenue_usd) FROM {t} GROUP BY country",
+        True,
+    ),
+    "week_self_join": (
+        "one week joined to itself (customers ordering on consecutive days)",
+        "SELECT count(*) FROM {t} AS a JOIN {t} AS b ON b.customer_id = a.customer_id "
+        "AND b.order_date = a.order_date + 1 WHERE a.order_date >= %(s)s "
+        "AND a.order_date < %(e)s AND b.order_date >= %(s)s AND b.order_date < %(e)s",
+        True,
+    ),
+}
+TABLES = {"partitioned": ORDERS_SPEC.name, "plain": PLAIN_TABLE}
+
+
+def build(ctx: BenchContext, pg: PgServer) -> tuple[str, dict[str, Any]]:
+    """The reader database: the target's history and the plain copy; how long loading took."""
+    size = ctx.size
+    last_monday = size.start
+    first_monday = last_monday - dt.timedelta(weeks=size.pg_reader_weeks - 1)
+    end = last_monday + dt.timedelta(weeks=1)
+    t0 = time.perf_counter()
+    url = pg.create(DB)
+    wh = PostgresWarehouse(url)
+    land_sources(wh, last_monday, end, size.pg_reader_rows_per_day)
+    wh.replace_partitions(ORDERS_SPEC, last_monday, end, build=o.ORDERS_DAILY_SQL_V1)
+    add_history(wh, last_monday, first_monday, size.pg_reader_weeks - 1)
+    t1 = time.perf_counter()
+    with psycopg.connect(url, autocommit=True) as con:
+        create_plain(con, first_monday, end)
+    t2 = time.perf_counter()
+    vacuum_analyze(url)
+    t3 = time.perf_counter()
+    target, plain = table_facts(url, ORDERS_SPEC.name), table_facts(url, PLAIN_TABLE)
+    if target["rows"] != plain["rows"]:
+        raise BenchError(f"the plain table holds {plain['rows']} rows, the target {target}")
+    facts = {
+        "first_day": first_monday.isoformat(),
+        "last_day": (end - dt.timedelta(days=1)).isoformat(),
+        "weeks": size.pg_reader_weeks,
+        "rows_per_day": size.pg_reader_rows_per_day,
+        "rows": target["rows"],
+        "partitions": target["partitions"],
+        "partitioned_mib": target["bytes"] / 2**20,
+        "plain_mib": plain["bytes"] / 2**20,
+        "plain_indexes": [list(cols) for cols in PLAIN_INDEXES],
+        "load_target_s": t1 - t0,
+        "load_plain_s": t2 - t1,
+        "vacuum_analyze_s": t3 - t2,
+        "load_s": t3 - t0,
+    }
+    return url, facts
+
+
+def _params(shape: str, run: int, first: dt.date, last: dt.date, rows_per_day: int) -> dict:
+    """Run `run`'s parameters: days and keys spread over the history, the same for both
+    tables. Keys are real: order_id = days since 2000-01-01 * 1e6 + n, n < rows_per_day."""
+    span = (last - first).days
+    day = first + dt.timedelta(days=(span * (2 * run + 1)) // 11 % (span + 1))
+    monday = day - dt.timedelta(days=day.weekday())
+    monday = max(monday, first)
+    if shape == "revenue_by_day_90d":
+        return {"s": last - dt.timedelta(days=89), "e": last + dt.timedelta(days=1)}
+    if shape == "one_day_count":
+        return {"d": day}
+    if shape == "key_lookup":
+        n = (run * 7919) % rows_per_day
+        return {"id": (day - dt.date(2000, 1, 1)).days * 1_000_000 + n}
+    if shape == "week_self_join":
+        return {"s": monday, "e": monday + dt.timedelta(days=7)}
+    return {}
+
+
+def _time(con: psycopg.Connection[Any], sql: str, params: dict) -> float:
+    t0 = time.perf_counter()
+    rows = con.execute(cast("LiteralString", sql), params).fetchall()
+    elapsed = time.perf_counter() - t0
+    if not rows:
+        raise BenchError(f"reader query returned nothing: {sql} {params}")
+    return elapsed
+
+
+def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
+    size = ctx.size
+    url, facts = build(ctx, pg)
+    print(
+        f"  postgres readers: {facts['rows']:,} rows in {facts['partitions']} partitions "
+        f"loaded in {facts['load_s']:.1f} s",
+        flush=True,
+    )
+    first = dt.date.fromisoformat(facts["first_day"])
+    last = dt.date.fromisoformat(facts["last_day"])
+    rounds = ctx.repeats
+    per_round: dict[str, dict[str, list[float]]] = {s: {t: [] for t in TABLES} for s in SHAPES}
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as con:
+        for shape, (_, sql, _) in SHAPES.items():  # warm both tables' caches once
+            for table in TABLES.values():
+                _time(con, sql.format(t=table), _params(shape, 0, first, last, 1))  # key n=0
+        for rnd in range(rounds):
+            for shape, (_, sql, _) in SHAPES.items():
+                times: dict[str, list[float]] = {t: [] for t in TABLES}
+                for rep in range(size.pg_query_reps):
+                    run_no = rnd * size.pg_query_reps + rep
+                    params = _params(shape, run_no, first, last, size.pg_reader_rows_per_day)
+                    order = list(TABLES) if run_no % 2 == 0 else list(TABLES)[::-1]
+                    for name in order:
+                        times[name].append(_time(con, sql.format(t=TABLES[name]), params))
+                for name in TABLES:
+                    per_round[shape][name].append(median(times[name]))
+    shapes: dict[str, Any] = {}
+    goals = []
+    for shape, (what, _, has_goal) in SHAPES.items():
+        part, plain = per_round[shape]["partitioned"], per_round[shape]["plain"]
+        ratio = paired_ratio(part, plain)
+        shapes[shape] = {
+            "what": what,
+            "partitioned_ms": median(part) * 1000,
+            "plain_ms": median(plain) * 1000,
+            "ratio": ratio,
+            "has_goal": has_goal,
+        }
+        if has_goal:
+            goals.append(goal(f"reader {shape} partitioned/plain", ratio, RATIO_GOAL))
+    pg.drop(DB)
+    return {"history": facts, "rounds": rounds, "reps": size.pg_query_reps, "shapes": shapes,
+            "goals": goals}  # fmt: skip

@@ -1,0 +1,187 @@
+"""Measure: the same questions on PostgreSQL, on one throwaway server started for the measure.
+
+1. backfill: the range of safety_overhead, v1 -> v2, done three ways, each from a copy of one
+   template database (`CREATE DATABASE x TEMPLATE t`), each in a fresh interpreter, the order
+   rotating between rounds:
+   - a_pg `floor_pg`: plain SQL, one DELETE+INSERT…SELECT transaction per ISO week, into a plain
+     (unpartitioned) table;
+   - d_pg `backfill_assets_pg`: shadow write + gates per ISO week, one DETACH/ATTACH swap;
+   - d'_pg `backfill_assets_dagster_pg`: plan, approve, one Dagster run per batch, the swap job,
+     with the instance on Dagster's PostgreSQL storage (a copy of a template database too).
+   Each result is checked against the v2 build's rows (count and sum of row hashes).
+2. swap: swap and rollback timed at 1x and 10x history outside the range (bench.pg_swap), and
+   readers' waits while swaps and rollbacks run.
+3. readers: five query shapes on the partitioned target vs. a plain table holding the same
+   years of rows (bench.pg_readers).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from typing import Any
+
+import psycopg
+
+from backfill_assets.example import orders as o
+from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.example.throwaway_postgres import (
+    PostgresUnavailable,
+    binaries_dir,
+    throwaway_postgres,
+)
+from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from bench import pg_readers, pg_swap
+from bench.config import BenchContext
+from bench.data import Templates
+from bench.measure import BenchError, run_contender
+from bench.pg_data import (
+    PLAIN_TABLE,
+    PgServer,
+    build_checksum,
+    create_plain,
+    dagster_storage_database,
+    database_of,
+    land_sources,
+    psycopg2_url,
+    range_checksum,
+    vacuum_analyze,
+)
+from bench.safety_overhead import summarise
+
+NOT_RUN = "not run"
+# (name, what it is); a_pg, d_pg and d'_pg in the issue's words.
+CONTENDERS: list[tuple[str, str]] = [
+    ("floor_pg", "a_pg: plain SQL, one DELETE+INSERT…SELECT transaction per ISO week, plain table"),
+    (
+        "backfill_assets_pg",
+        "d_pg: shadow per ISO week + gates, one DETACH/ATTACH swap (warehouse level)",
+    ),
+    (
+        "backfill_assets_dagster_pg",
+        "d'_pg: through the Dagster executor, instance on Dagster's PostgreSQL storage",
+    ),
+]
+FLOOR = "floor_pg"
+SUBJECTS = ("backfill_assets_pg", "backfill_assets_dagster_pg")
+GOALS = [(FLOOR, "<=", 1.3)]
+TEMPLATE_DB = "bench_backfill_template"
+DAGSTER_TEMPLATE_DB = "bench_dagster_template"
+
+
+def run(ctx: BenchContext, _templates: Templates | None = None) -> dict[str, Any]:
+    try:
+        binaries_dir()
+    except PostgresUnavailable as e:
+        # Recorded, not failed: the other measures' results still count (`make postgres`).
+        return {"status": NOT_RUN, "reason": str(e)}
+    t0 = time.perf_counter()
+    with throwaway_postgres() as server:
+        pg = PgServer(server)
+        settings = pg.configure()
+        print(f"  postgres: server {settings['server_version']} up", flush=True)
+        backfill = measure_backfill(ctx, pg)
+        swap = pg_swap.run(ctx, pg)
+        readers = pg_readers.run(ctx, pg)
+    return {
+        "server": settings,
+        "backfill": backfill,
+        "swap": swap["swap"],
+        "blocked_readers": swap["blocked_readers"],
+        "reader_queries": readers,
+        "goals": backfill["goals"] + swap["goals"] + readers["goals"],
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+# -- 1. the backfill, three ways ----------------------------------------------------------------
+
+
+def build_template(ctx: BenchContext, pg: PgServer) -> tuple[str, dict[str, Any]]:
+    """raw orders for the range, the partitioned target and the plain table both built by v1,
+    vacuumed and analyzed; the checksum a correct v2 backfill must leave."""
+    size = ctx.size
+    t0 = time.perf_counter()
+    url = pg.create(TEMPLATE_DB)
+    wh = PostgresWarehouse(url)
+    land_sources(wh, size.start, size.end, size.pg_rows_per_day)
+    t1 = time.perf_counter()
+    wh.replace_partitions(ORDERS_SPEC, size.start, size.end, build=o.ORDERS_DAILY_SQL_V1)
+    with psycopg.connect(url, autocommit=True) as con:
+        create_plain(con, size.start, size.end)
+    vacuum_analyze(url)
+    t2 = time.perf_counter()
+    expected = build_checksum(url, size.start, size.end)
+    if range_checksum(url, PLAIN_TABLE, size.start, size.end) == expected:
+        raise BenchError("the v1 history already equals the v2 build: nothing to backfill")
+    facts = {
+        "rows_per_day": size.pg_rows_per_day,
+        "rows": int(expected.split(":")[0]),
+        "land_raw_s": t1 - t0,
+        "build_targets_s": t2 - t1,
+        "expected_checksum": expected,
+    }
+    return expected, facts
+
+
+def build_dagster_template(pg: PgServer) -> None:
+    """Dagster's PostgreSQL storage, its schema created once; each d'_pg run gets a copy, as a
+    deployment's instance exists before a backfill starts."""
+    import dagster as dg
+
+    storage = psycopg2_url(pg.url(DAGSTER_TEMPLATE_DB))
+    pg.create(DAGSTER_TEMPLATE_DB)
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-dagster-") as home,
+        dg.instance_for_test(
+            temp_dir=home, overrides={"storage": {"postgres": {"postgres_url": storage}}}
+        ),
+    ):
+        pass
+
+
+def measure_backfill(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
+    size = ctx.size
+    logs = ctx.workdir / "logs"
+    logs.mkdir(exist_ok=True)
+    expected, facts = build_template(ctx, pg)
+    build_dagster_template(pg)
+    print(f"  postgres backfill: template of {facts['rows']:,} rows ready", flush=True)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in CONTENDERS}
+    loads: list[float] = []
+    for rnd in range(ctx.repeats):
+        k = rnd % len(CONTENDERS)
+        loads.append(os.getloadavg()[0])
+        for name, _ in CONTENDERS[k:] + CONTENDERS[:k]:
+            url = pg.copy(TEMPLATE_DB, f"bench_{name}_r{rnd}")
+            storage = dagster_storage_database(url)
+            if name == "backfill_assets_dagster_pg":
+                pg.copy(DAGSTER_TEMPLATE_DB, storage)
+            result = run_contender(name, url, size.start, size.end, logs)
+            relation = PLAIN_TABLE if name == FLOOR else ORDERS_SPEC.name
+            got = range_checksum(url, relation, size.start, size.end)
+            if got != expected:
+                raise BenchError(
+                    f"{name} left {got} in {relation}, expected {expected}: the backfill is wrong"
+                )
+            runs[name].append(result)
+            print(
+                f"  postgres round {rnd + 1}: {name} {result['wall_s']:.2f}s "
+                f"(imports {result['import_s']:.2f}s)",
+                flush=True,
+            )
+            pg.drop(database_of(url), storage)
+    out = summarise(runs, {}, described=CONTENDERS, subjects=SUBJECTS, goals_on=GOALS)
+    out["range"] = {
+        "start": size.start.isoformat(),
+        "end": size.end.isoformat(),
+        "days": (size.end - size.start).days,
+        **facts,
+    }
+    out["loadavg_1min_per_round"] = loads
+    out["check"] = (
+        "after each contender the range holds exactly the v2 build's rows: count and the sum "
+        "of hashtextextended(row::text) (a sum, so a duplicated row changes it)"
+    )
+    return out
