@@ -18,16 +18,18 @@ $(BIN)/.installed: pyproject.toml
 setup: $(BIN)/.installed
 	mkdir -p data dagster_home
 
-## The main job: the demo backfill on the embedded DuckDB, end to end.
-demo: setup
-	$(BIN)/backfill-assets-example demo
+## The main job: the demo backfill on the embedded DuckDB, end to end. `make demo WAREHOUSE=postgres`
+## tells the same story on PostgreSQL (a throwaway server unless BACKFILL_ASSETS_WAREHOUSE is a URL).
+WAREHOUSE ?= duckdb
+demo: setup $(if $(filter postgres,$(WAREHOUSE)),postgres,)
+	$(BIN)/backfill-assets-example demo --warehouse $(WAREHOUSE)
 
 ## The whole suite: lint, type check, then every test (slow end-to-end ones included).
 test: setup browser postgres
 	$(BIN)/ruff check backfill_assets tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pyright
-	$(BIN)/pytest -q -ra
+	$(BIN)/pytest -q -ra -n 2 --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check backfill_assets tests bench
@@ -39,7 +41,7 @@ lint: setup
 dev: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-bench: setup
+bench: setup postgres
 	$(BIN)/python -m bench.run
 
 ## Headless Chromium for the browser tests (Debian's package; `playwright install` cannot work here).

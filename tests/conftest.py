@@ -8,10 +8,12 @@ deployment would find it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
@@ -51,6 +53,53 @@ def backend(request: pytest.FixtureRequest) -> str:
     name = getattr(request, "param", "embedded")
     assert name in BACKENDS, name
     return name
+
+
+# -- the reliability figures ---------------------------------------------------------------------
+# `reliability: faults injected N, bad inputs tried M, rows lost L, cases failing K`: N and M are
+# counted by the tests through tests/reliability/harness.py, L is what `expect_target` found
+# missing or mixed in a target (it must be 0), K the failed tests in tests/reliability. Under
+# pytest-xdist each worker counts its own; the controller adds them up.
+
+
+def _ours(report: pytest.TestReport) -> bool:
+    return report.nodeid.startswith("tests/reliability/")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the figures to the controller
+        from tests.reliability.harness import FIGURES
+
+        workeroutput["reliability"] = dataclasses.asdict(FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    from tests.reliability.harness import FIGURES
+
+    got = getattr(node, "workeroutput", {}).get("reliability")
+    if got:
+        FIGURES.faults_injected += got["faults_injected"]
+        FIGURES.bad_inputs_tried += got["bad_inputs_tried"]
+        FIGURES.rows_lost += got["rows_lost"]
+        FIGURES.losses.extend(got["losses"])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    from tests.reliability.harness import FIGURES
+
+    stats = terminalreporter.stats
+    ran = [r for key in ("passed", "failed", "error") for r in stats.get(key, []) if _ours(r)]
+    if not ran:
+        return
+    failing = {r.nodeid for key in ("failed", "error") for r in stats.get(key, []) if _ours(r)}
+    terminalreporter.write_line(
+        f"reliability: faults injected {FIGURES.faults_injected}, bad inputs tried "
+        f"{FIGURES.bad_inputs_tried}, rows lost {FIGURES.rows_lost}, cases failing {len(failing)}"
+    )
+    for loss in FIGURES.losses:
+        terminalreporter.write_line(f"  rows lost in {loss}")
 
 
 TEST_POSTGRES_ENV = "BACKFILL_ASSETS_TEST_POSTGRES_URL"

@@ -6,8 +6,10 @@ second one runs to the end in the same place.
 """
 
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -70,3 +72,29 @@ def test_the_demo_killed_half_way_then_run_again_tells_the_whole_story_and_exits
     assert "[swap] REFUSED" in out
     assert "unchanged: True" in out
     assert "equal to the pre-swap checksum: True" in out
+
+
+@pytest.mark.slow
+def test_the_demo_on_postgres_tells_the_same_story_on_a_throwaway_server(demo_env):
+    # `make demo WAREHOUSE=postgres` with no server given: the demo starts its own, puts the
+    # warehouse and the Dagster instance on it, and stops it.
+    done = subprocess.run(
+        [*DEMO, "--warehouse", "postgres"],
+        capture_output=True,
+        text=True,
+        env=demo_env,
+        timeout=BOUND_S,
+        cwd=Path(demo_env["BACKFILL_ASSETS_WAREHOUSE"]).parent.parent,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "starting a throwaway server" in out
+    assert "warehouse postgresql://postgres@127.0.0.1:" in out
+    assert "[swap] 90 partitions moved into orders_daily atomically" in out
+    assert "-> 0;" in out
+    assert "[halted]" in out and "[swap] REFUSED" in out
+    assert "equal to the pre-swap checksum: True" in out
+    # The server is stopped when the demo ends.
+    port = int(re.search(r"warehouse postgresql://postgres@127\.0\.0\.1:(\d+)/", out).group(1))  # type: ignore[union-attr]
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass

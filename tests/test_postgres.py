@@ -65,3 +65,34 @@ def test_a_build_that_cannot_run_on_the_configured_warehouse_is_refused_at_load(
         backfill_definitions(
             [dataclasses.replace(ORDERS, build=untranslatable)], warehouse=resource
         )
+
+
+def test_your_own_indexes_on_the_target_are_on_the_shadow_weeks_before_the_swap(postgres_url):
+    """A shadow week copies the target's indexes when it is created, so the swap's ATTACH matches
+    them rather than building one inside the transaction that blocks readers."""
+    from backfill_assets.example import orders as o
+    from backfill_assets.example.sources import land_fx_rates, land_raw_orders
+
+    wh = open_warehouse(postgres_url)
+    land_fx_rates(wh)
+    land_raw_orders(wh, D(2026, 1, 5), D(2026, 1, 12), 20)
+    wh.replace_partitions(ORDERS.spec, D(2026, 1, 5), D(2026, 1, 12), build=o.ORDERS_DAILY_SQL_V1)
+    wh.execute("create index orders_by_customer on orders_daily (customer_id)")
+
+    def indexes(table: str) -> list[str]:
+        rows = wh.query(
+            "select indexdef from pg_indexes where schemaname = current_schema() "
+            "and tablename = $t order by indexdef",
+            {"t": table},
+        )
+        return [r[0].split(" USING ")[1] for r in rows]
+
+    assert wh.claim_plan(ORDERS.spec.name, "pi") == "pi"
+    wh.replace_partitions(
+        ORDERS.spec, D(2026, 1, 5), D(2026, 1, 12), build=o.ORDERS_DAILY_SQL, shadow=True,
+        plan_id="pi",
+    )  # fmt: skip
+    week = "orders_daily__shadow__w2026w02"
+    assert indexes(week) == ["btree (customer_id)", "btree (order_id)"]
+    wh.swap(ORDERS.spec, "pi", [D(2026, 1, 5) + dt.timedelta(days=i) for i in range(7)])
+    assert indexes("orders_daily__w2026w02") == ["btree (customer_id)", "btree (order_id)"]

@@ -129,7 +129,9 @@ def cmd_daily(a: argparse.Namespace) -> int:
 def cmd_demo(a: argparse.Namespace) -> int:
     from backfill_assets.example.demo import run_demo
 
-    return run_demo(days=a.days, rows_per_day=a.rows_per_day, scenario=a.scenario)
+    return run_demo(
+        days=a.days, rows_per_day=a.rows_per_day, scenario=a.scenario, warehouse=a.warehouse
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,10 +148,17 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("daily", help="run the daily production job for one day, now")
     s.add_argument("day", help="the partition, YYYY-MM-DD (within the daily lookback)")
     s.set_defaults(func=cmd_daily)
-    s = sub.add_parser("demo", help="the whole story on the embedded DuckDB (resets demo state)")
+    s = sub.add_parser("demo", help="the whole story, end to end (resets demo state)")
     s.add_argument("--days", type=int, default=120, help="days of history to build")
     s.add_argument("--rows-per-day", type=int, default=20_000, help="orders per day")
     s.add_argument("--scenario", choices=["story", "corruption", "all"], default="all")
+    s.add_argument(
+        "--warehouse",
+        choices=["duckdb", "postgres"],
+        default="duckdb",
+        help="duckdb: the embedded file; postgres: BACKFILL_ASSETS_WAREHOUSE if it is a "
+        "postgresql:// URL (schema backfill_assets_demo), else a throwaway server",
+    )
     s.set_defaults(func=cmd_demo)
     return p
 

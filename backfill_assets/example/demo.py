@@ -1,4 +1,5 @@
-"""`make demo`: the whole story on the embedded DuckDB, end to end, printed as it happens.
+"""`make demo`: the whole story on the embedded DuckDB (or, with `make demo WAREHOUSE=postgres`,
+on PostgreSQL), end to end, printed as it happens.
 
 1. History: 120 days of orders land; `orders_daily` and its dbt marts are built by the daily
    job's own code path with logic v1, which converted cross-border orders with the wrong rate.
@@ -13,15 +14,24 @@
 The demo resets its own state first: the warehouse file and the Dagster instance under the
 project's DAGSTER_HOME. The reset can be run any number of times: it also repairs what a wipe of
 the instance leaves behind (see service.doctor).
+
+On PostgreSQL: with BACKFILL_ASSETS_WAREHOUSE set to a `postgresql://` URL the demo works in that
+database's schema `backfill_assets_demo` (dropped and recreated: nothing else is touched) with
+the project's instance; otherwise it starts a throwaway server (example/throwaway_postgres.py)
+that holds both the warehouse and the Dagster instance (dagster-postgres storage), and stops it
+at the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,7 @@ from backfill_assets.constants import ROLE_SWAP, rollback_job, swap_job, swap_ru
 from backfill_assets.errors import GateFailed
 
 SECTION = "=" * 78
+DEMO_SCHEMA = "backfill_assets_demo"  # the only schema the demo touches on a given server
 
 
 _OUT = sys.stdout  # the terminal, even while run output is redirected to the log
@@ -90,15 +101,112 @@ def _window_for(now: dt.datetime) -> tuple[str, bool]:
     return window, inside
 
 
-def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
+def run_demo(days: int, rows_per_day: int, scenario: str, warehouse: str = "duckdb") -> int:
+    if days < 100:
+        say("refused: the demo needs --days >= 100 (a 90-day backfill plus recent days)")
+        return 2
+    with _demo_state(warehouse) as (wh, where, out_dir):
+        return _story(wh, where, out_dir, days, rows_per_day, scenario)
+
+
+@contextlib.contextmanager
+def _demo_state(warehouse: str) -> Iterator[tuple[Any, str, Path]]:
+    """The reset warehouse, a line saying where things are, and where plan files go. Sets
+    BACKFILL_ASSETS_WAREHOUSE (and DAGSTER_HOME, for a throwaway server) for the demo's runs."""
+    import dagster as dg
+
+    from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, is_postgres_url, open_warehouse
+    from backfill_assets.service.doctor import diagnose
+
+    given = os.environ.get(WAREHOUSE_ENV, "")
+    if warehouse == "duckdb":
+        wh_path = Path(given)
+        wh_path.parent.mkdir(parents=True, exist_ok=True)
+        for p in (wh_path, Path(f"{wh_path}.wal")):
+            p.unlink(missing_ok=True)
+        _reset_instance(dg, diagnose)
+        home = os.environ["DAGSTER_HOME"]
+        yield (
+            open_warehouse(str(wh_path)),
+            f"warehouse {wh_path}, DAGSTER_HOME {home}",
+            (wh_path.parent),
+        )
+        return
+    out_dir = Path("data")
+    out_dir.mkdir(exist_ok=True)
+    if is_postgres_url(given):
+        url = _reset_demo_schema(given)
+        os.environ[WAREHOUSE_ENV] = url
+        _reset_instance(dg, diagnose)
+        wh = open_warehouse(url)
+        yield wh, f"warehouse {wh.location}, DAGSTER_HOME {os.environ['DAGSTER_HOME']}", out_dir
+        return
+    from backfill_assets.example.throwaway_postgres import throwaway_postgres
+
+    say("(no PostgreSQL URL in BACKFILL_ASSETS_WAREHOUSE: starting a throwaway server)")
+    with throwaway_postgres() as server, tempfile.TemporaryDirectory() as home:
+        url = server.create_database("warehouse")
+        dagster_url = server.create_database("dagster")
+        Path(home, "dagster.yaml").write_text(_postgres_instance_yaml(dagster_url))
+        os.environ[WAREHOUSE_ENV] = url
+        os.environ["DAGSTER_HOME"] = home
+        wh = open_warehouse(url)
+        yield wh, f"warehouse {wh.location}, Dagster storage {dagster_url} (throwaway)", out_dir
+        dg.DagsterInstance.get().dispose()
+
+
+def _reset_instance(dg: Any, diagnose: Any) -> None:
+    instance = dg.DagsterInstance.get()
+    instance.wipe()
+    # A wipe leaves pools with a limit and no slots (steps in them would wait forever), and
+    # runs of an earlier demo killed half-way: repair both so the demo runs again and again.
+    diagnose(instance, None, {}, repair=True)
+
+
+def _reset_demo_schema(url: str) -> str:
+    """Drop the demo's own schema on the given server, and its rows of backfill_meta; return the
+    URL that points the demo at that schema."""
+    import urllib.parse
+
+    import psycopg
+    from psycopg import sql
+
+    parts = urllib.parse.urlsplit(url)
+    base = urllib.parse.urlunsplit(parts._replace(query=""))
+    with psycopg.connect(base, autocommit=True) as con:
+        con.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(DEMO_SCHEMA)))
+        if con.execute("SELECT to_regclass('backfill_meta.plan_claims')").fetchone() != (None,):
+            for table in ("partition_versions", "shadow_log", "swap_log", "swap_days",
+                          "writer_lease", "plan_claims"):  # fmt: skip
+                con.execute(
+                    sql.SQL("DELETE FROM {} WHERE table_name LIKE %s").format(
+                        sql.Identifier("backfill_meta", table)
+                    ),
+                    (f"{DEMO_SCHEMA}.%",),
+                )
+    return f"{base}?schema={DEMO_SCHEMA}"
+
+
+def _postgres_instance_yaml(url: str) -> str:
+    """The throwaway instance: dagster-postgres storage (psycopg2: see dagster.postgres.yaml)
+    and the project's run queue limits."""
+    storage_url = url.replace("postgresql://", "postgresql+psycopg2://", 1)
+    return (
+        f"storage:\n  postgres:\n    postgres_url: {storage_url}\n"
+        "concurrency:\n  runs:\n    max_concurrent_runs: 4\n    tag_concurrency_limits:\n"
+        '      - key: "backfill_assets/writer"\n        value:\n'
+        "          applyLimitPerUniqueValue: true\n        limit: 1\n"
+        "telemetry:\n  enabled: false\n"
+    )
+
+
+def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, scenario: str) -> int:
     import dagster as dg
 
     from backfill_assets.example.definitions import example_definitions
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.planning.markdown import render_markdown
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-    from backfill_assets.service.doctor import diagnose
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import approve_plan
@@ -107,19 +215,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
     from backfill_assets.service.swap import release_backup
     from backfill_assets.service.tables import backfill_tables
 
-    if days < 100:
-        say("refused: the demo needs --days >= 100 (a 90-day backfill plus recent days)")
-        return 2
-    wh_path = Path(os.environ["BACKFILL_ASSETS_WAREHOUSE"])
-    wh_path.parent.mkdir(parents=True, exist_ok=True)
-    for p in (wh_path, Path(f"{wh_path}.wal")):
-        p.unlink(missing_ok=True)
     instance = dg.DagsterInstance.get()
-    instance.wipe()
-    # A wipe leaves pools with a limit and no slots (steps in them would wait forever), and
-    # runs of an earlier demo killed half-way: repair both so the demo runs again and again.
-    diagnose(instance, None, {}, repair=True)
-    wh = DuckDBWarehouse(wh_path)
     defs = example_definitions()
     tables = backfill_tables(defs)
     table = tables["orders_daily"]
@@ -127,7 +223,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
     yesterday = now.date() - dt.timedelta(days=1)
     first = yesterday - dt.timedelta(days=days - 1)
     say(SECTION)
-    say(f"backfill_assets demo — warehouse {wh_path}, DAGSTER_HOME {os.environ['DAGSTER_HOME']}")
+    say(f"backfill_assets demo — {where}")
     say("(demo state was reset; run output goes to dagster_home/logs/backfill-assets-cli.log)")
     say(SECTION)
 
@@ -158,7 +254,7 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             warehouse=wh,
             now=now,
         )
-        out = wh_path.parent / f"plan_{plan.plan_id}"
+        out = out_dir / f"plan_{plan.plan_id}"
         Path(f"{out}.json").write_text(plan.to_json() + "\n")
         Path(f"{out}.md").write_text(render_markdown(plan) + "\n")
         approve_plan(instance, wh, table, plan, "demo")
@@ -290,6 +386,11 @@ def run_demo(days: int, rows_per_day: int, scenario: str) -> int:
             status = 1
 
     say(SECTION)
+    if "(throwaway)" in where:
+        say("The throwaway server stops now. To look at the result in the Dagster UI, run the demo")
+        say("against a server that stays: BACKFILL_ASSETS_WAREHOUSE=postgresql://... make demo")
+        say("WAREHOUSE=postgres, then `make dev` with the same variable.")
+        return status
     say("Look at it in the Dagster UI: `make dev`, then http://127.0.0.1:3000")
     say("  lineage: /asset-groups   gates: /assets/orders_daily__shadow?view=checks")
     say("  plans:   /assets/backfill_plans (Markdown in each partition's metadata)   runs: /runs")

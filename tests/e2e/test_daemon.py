@@ -43,8 +43,8 @@ from backfill_assets.example.definitions import example_definitions
 from backfill_assets.example.seed import land_days, write_history
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
-from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
 from backfill_assets.service.batch_driver import start_plan
 from backfill_assets.service.guards import writer_runs_in_progress
 from backfill_assets.service.planner import plan_backfill
@@ -77,9 +77,12 @@ class Dev:
 
     url: str
     instance: dg.DagsterInstance
-    warehouse: Path
+    warehouse: str  # a DuckDB file path or a postgresql:// URL
     log: Path
     today: dt.date
+
+    def wh(self, lock_timeout_s: float = 30) -> Warehouse:
+        return open_warehouse(self.warehouse, lock_timeout_s=lock_timeout_s)
 
     def graphql(self, query: str, variables: dict[str, Any]) -> dict[str, Any]:
         resp = requests.post(
@@ -130,7 +133,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | Non
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
-def start_dev(instance: dg.DagsterInstance, warehouse: Path, log: Path, today: dt.date):
+def start_dev(instance: dg.DagsterInstance, warehouse: str, log: Path, today: dt.date):
     """`dagster dev` on a free 127.0.0.1 port over the instance's DAGSTER_HOME and `warehouse`,
     answering and with its code location loaded; returns the process and the Dev."""
     port = _free_port()
@@ -174,19 +177,34 @@ def start_dev(instance: dg.DagsterInstance, warehouse: Path, log: Path, today: d
 
 @contextlib.contextmanager
 def dev_server(
-    tmp: Path, seed: Callable[[dg.DagsterInstance, Path, dt.date], T]
+    tmp: Path,
+    seed: Callable[[dg.DagsterInstance, str, dt.date], T],
+    *,
+    postgres: str | None = None,
 ) -> Iterator[tuple[Dev, T]]:
-    """`dagster dev` over a fresh DAGSTER_HOME (the shipped dagster.yaml) and warehouse, after
-    `seed(instance, warehouse, today)` has filled them: the test process must be done writing
-    DuckDB before the server's runs start writing it."""
+    """`dagster dev` over a fresh DAGSTER_HOME and warehouse, after `seed(instance, warehouse,
+    today)` has filled them: the test process must be done writing DuckDB before the server's
+    runs start writing it.
+
+    Embedded: the shipped dagster.yaml (SQLite storage) and a DuckDB file. With `postgres` (a
+    database URL on a server): the shipped dagster.postgres.yaml over a new database for the
+    instance, and a new database for the warehouse."""
     home = tmp / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    warehouse = tmp / "warehouse.duckdb"
     today = dt.datetime.now(UTC).date()
     with pytest.MonkeyPatch.context() as mp:
+        if postgres is None:
+            shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+            warehouse = str(tmp / "warehouse.duckdb")
+        else:
+            from tests.conftest import fresh_database
+
+            shutil.copy(REPO / "dagster_home" / "dagster.postgres.yaml", home / "dagster.yaml")
+            for key, value in postgres_env(fresh_database(postgres, "dagster")).items():
+                mp.setenv(key, value)
+            warehouse = fresh_database(postgres, "warehouse")
         mp.setenv("DAGSTER_HOME", str(home))
-        mp.setenv(WAREHOUSE_ENV, str(warehouse))
+        mp.setenv(WAREHOUSE_ENV, warehouse)
         instance = dg.DagsterInstance.get()
         seeded = seed(instance, warehouse, today)
         proc, d = start_dev(instance, warehouse, tmp / "dagster-dev.log", today)
@@ -197,14 +215,28 @@ def dev_server(
             instance.dispose()
 
 
-def _seed_history(instance: dg.DagsterInstance, warehouse: Path, today: dt.date) -> None:
+def postgres_env(url: str) -> dict[str, str]:
+    """The DAGSTER_PG_* variables dagster.postgres.yaml reads, for the database at `url`."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return {
+        "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(parts.port or 5432),
+        "DAGSTER_PG_USERNAME": parts.username or "postgres",
+        "DAGSTER_PG_PASSWORD": parts.password or "",
+        "DAGSTER_PG_DB": parts.path.lstrip("/"),
+    }
+
+
+def _seed_history(instance: dg.DagsterInstance, warehouse: str, today: dt.date) -> None:
     # History ends 5 days ago: older than the daily sensor's lookback, so the daemon starts
     # no daily run of its own and the only daily run is the one a test launches.
     first, last = today - dt.timedelta(days=20), today - dt.timedelta(days=5)
     land_days(defs, instance, first, last, ROWS_PER_DAY)
     # The target's history written directly by the v1 logic (as tests/conftest.py `history`
     # does): building the dbt marts over it would add half a minute.
-    write_history(instance, DuckDBWarehouse(warehouse), first, last, logic="1")
+    write_history(instance, open_warehouse(warehouse), first, last, logic="1")
 
 
 @pytest.fixture(scope="module")
@@ -319,7 +351,7 @@ def plan_now(d: Dev, start: dt.date, end: dt.date, window: str) -> BackfillPlan:
         asset_graph=defs.resolve_asset_graph(),
         tables=tables,
         instance=d.instance,
-        warehouse=DuckDBWarehouse(d.warehouse),
+        warehouse=d.wh(),
         now=now,
     )
 
@@ -349,7 +381,7 @@ def claim_target(d: Dev) -> None:
         3 * RUN_TIMEOUT_S,
         d,
     )
-    wh = DuckDBWarehouse(d.warehouse)
+    wh = d.wh()
     for pid, status in active.items():
         if status == "approved":
             abandon_plan(d.instance, TABLES, wh, pid)
@@ -363,7 +395,7 @@ def test_a_started_plan_whose_window_is_closed_launches_nothing_and_the_tick_say
     window = window_around(now, dt.timedelta(hours=4), dt.timedelta(hours=6))
     day = dev.today - dt.timedelta(days=10)
     plan = plan_now(dev, day, day, window)
-    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
+    approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
     start_plan(dev.instance, plan.plan_id, "e2e", now)
     started = time.time()
 
@@ -382,6 +414,12 @@ def test_a_started_plan_whose_window_is_closed_launches_nothing_and_the_tick_say
 
 
 def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a_daily_run(dev):
+    launchpad_plan_around_a_daily_run(dev)
+
+
+def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
+    """Start a plan from the Launchpad; while batch 1 runs, launch a daily run; both batches pass
+    around it, through the driver sensor; swap from the Launchpad and watch the refresh runs."""
     claim_target(dev)
     now = dt.datetime.now(UTC)
     window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=2))
@@ -390,7 +428,7 @@ def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a
     monday = d12 - dt.timedelta(days=d12.weekday())
     plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
     assert len(plan.batches) == 2
-    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
+    approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
     start_config = {"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}}
     succeeded(dev, launch(dev, START_JOB, start_config))
 
@@ -507,9 +545,7 @@ def quiet_checksums(
         3 * RUN_TIMEOUT_S,
         d,
     )
-    return DuckDBWarehouse(d.warehouse, lock_timeout_s=30).checksums(
-        ORDERS.spec, start, end + dt.timedelta(days=1), shadow=shadow
-    )
+    return d.wh().checksums(ORDERS.spec, start, end + dt.timedelta(days=1), shadow=shadow)
 
 
 def test_a_backfill_of_the_target_launched_as_the_ui_does_writes_nothing_and_proposes_a_plan(
@@ -572,7 +608,7 @@ def test_a_plan_driven_by_the_daemon_and_the_cli_never_act_at_once(dev):
     d12 = dev.today - dt.timedelta(days=12)
     monday = d12 - dt.timedelta(days=d12.weekday())
     plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
-    approve_plan(dev.instance, DuckDBWarehouse(dev.warehouse), ORDERS, plan, "e2e")
+    approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
     started = cli(dev, "start", plan.plan_id)
     assert started.returncode == 0, started.stderr
     # While the daemon drives it, the CLI refuses to run it, and says why...

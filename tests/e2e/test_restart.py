@@ -55,12 +55,12 @@ def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_dupli
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
-    warehouse = tmp_path / "warehouse.duckdb"
+    warehouse = str(tmp_path / "warehouse.duckdb")
     today = dt.datetime.now(UTC).date()
     log = tmp_path / "dagster-dev.log"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DAGSTER_HOME", str(home))
-        mp.setenv(WAREHOUSE_ENV, str(warehouse))
+        mp.setenv(WAREHOUSE_ENV, warehouse)
         instance = dg.DagsterInstance.get()
         _seed_history(instance, warehouse, today)
         proc, dev = start_dev(instance, warehouse, log, today)

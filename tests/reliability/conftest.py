@@ -1,9 +1,5 @@
-"""Figures of the fault and bad-input suite, printed once at the end of the session.
-
-`reliability: faults injected N, bad inputs tried M, rows lost L, cases failing K`: N and M are
-counted by the tests through `harness`, L is what `harness.expect_target` found missing or mixed
-in the target (it must be 0), K is the number of failed tests in this folder.
-"""
+"""Fixtures of the fault and bad-input suite. Its figures are counted by `harness` and printed
+at the end of the session by tests/conftest.py (which the xdist controller loads too)."""
 
 from __future__ import annotations
 
@@ -14,25 +10,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from tests.reliability.harness import FIGURES, PROJECT_ROOT, reap_leftovers
-
-
-def _ours(report: pytest.TestReport) -> bool:
-    return report.nodeid.startswith("tests/reliability/")
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    stats = terminalreporter.stats
-    ran = [r for key in ("passed", "failed", "error") for r in stats.get(key, []) if _ours(r)]
-    if not ran:
-        return
-    failing = {r.nodeid for key in ("failed", "error") for r in stats.get(key, []) if _ours(r)}
-    terminalreporter.write_line(
-        f"reliability: faults injected {FIGURES.faults_injected}, bad inputs tried "
-        f"{FIGURES.bad_inputs_tried}, rows lost {FIGURES.rows_lost}, cases failing {len(failing)}"
-    )
-    for loss in FIGURES.losses:
-        terminalreporter.write_line(f"  rows lost in {loss}")
+from tests.reliability.harness import PROJECT_ROOT, reap_leftovers
 
 
 @pytest.fixture

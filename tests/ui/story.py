@@ -59,7 +59,7 @@ class Story:
 
 
 def plan_three_batches(
-    instance: dg.DagsterInstance, warehouse: Path, today: dt.date
+    instance: dg.DagsterInstance, warehouse: str, today: dt.date
 ) -> BackfillPlan:
     """Three batches: the Saturday-Sunday ending an ISO week, the next whole week and the
     Monday-Tuesday after it. The window is open now and the daily run is pretended to be due
@@ -84,7 +84,7 @@ def plan_three_batches(
 
 
 def seed(
-    instance: dg.DagsterInstance, warehouse: Path, today: dt.date
+    instance: dg.DagsterInstance, warehouse: str, today: dt.date
 ) -> tuple[BackfillPlan, dt.date, dt.date]:
     """Land the history, plan, approve, plant the corruption, run until the gate fails."""
     first, last = today - dt.timedelta(days=28), today - dt.timedelta(days=5)

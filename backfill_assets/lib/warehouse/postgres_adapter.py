@@ -325,13 +325,15 @@ class PostgresWarehouse:
     def _create_week(self, con: Connection, spec: TableSpec, parent: str, monday: dt.date) -> str:
         """A week table of `parent` (target or shadow), created standalone with its bound as a
         CHECK constraint, then attached (ATTACH does not block readers, CREATE ... PARTITION OF
-        would)."""
+        would). It copies the target's indexes, yours included: attaching a shadow week to the
+        target then matches them instead of building them inside the swap."""
         name = self._week_table(parent, monday)
         nxt = monday + dt.timedelta(days=7)
         pc = quote_ident(spec.partition_column)
         _x(
             con,
-            f"CREATE TABLE {self._q(name)} (LIKE {self._q(parent)} INCLUDING DEFAULTS, "
+            f"CREATE TABLE {self._q(name)} (LIKE {self._q(spec.name)} INCLUDING DEFAULTS "
+            "INCLUDING INDEXES, "
             f"CONSTRAINT {BOUND} CHECK ({pc} IS NOT NULL AND {pc} >= '{monday}'::date "
             f"AND {pc} < '{nxt}'::date))",
         )

@@ -1,0 +1,258 @@
+"""Faults and races on a real PostgreSQL server: readers during swaps, a swap killed half-way, a
+reader that holds the table past the swap's bound, a connection dropped in the middle of a batch.
+
+The swap's locks are made to wait by a second session that holds a lock on one of the tables
+(as a long reader would), never by hooks in the adapter: the child that is killed is inside a
+real, open transaction, blocked in a real lock wait.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import dagster as dg
+import psycopg
+import psycopg.sql
+import pytest
+
+from backfill_assets.errors import WarehouseError
+from backfill_assets.example import orders as o
+from backfill_assets.example.sources import land_fx_rates, land_raw_orders
+from backfill_assets.lib.warehouse.connect import open_warehouse
+from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from tests.reliability.harness import SPEC, Child, after_swap, expect_target, fault
+
+D = dt.date
+FIRST, END = D(2026, 1, 1), D(2026, 2, 1)
+N = 200
+PLAN_DAYS = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(19)]  # Wed W02 .. Sun W04
+PLAN_START, PLAN_END = PLAN_DAYS[0], PLAN_DAYS[-1] + dt.timedelta(days=1)
+LAST_SHADOW_WEEK = "orders_daily__shadow__w2026w04"
+
+
+@pytest.fixture
+def pg(postgres_url: str) -> PostgresWarehouse:
+    """January's orders, orders_daily by v1, and plan pk's shadow by v2 over three weeks."""
+    wh = open_warehouse(postgres_url, lock_timeout_s=10)
+    assert isinstance(wh, PostgresWarehouse)
+    land_fx_rates(wh)
+    land_raw_orders(wh, FIRST, END, N)
+    wh.replace_partitions(SPEC, FIRST, END, build=o.ORDERS_DAILY_SQL_V1)
+    assert wh.claim_plan(SPEC.name, "pk") == "pk"
+    wh.replace_partitions(
+        SPEC, PLAN_START, PLAN_END, build=o.ORDERS_DAILY_SQL, shadow=True, plan_id="pk"
+    )
+    return wh
+
+
+def states(wh: PostgresWarehouse) -> tuple[dict[dt.date, str], dict[dt.date, str]]:
+    """The target all old (now), and all new (what the swap must give)."""
+    old = wh.checksums(SPEC, FIRST, END)
+    new = after_swap(old, wh.checksums(SPEC, PLAN_START, PLAN_END, shadow=True), PLAN_DAYS)
+    return old, new
+
+
+@contextmanager
+def session(url: str) -> Iterator[psycopg.Connection[Any]]:
+    """Another session on the warehouse, in the warehouse's schema, in a transaction."""
+    wh = open_warehouse(url)
+    assert isinstance(wh, PostgresWarehouse)
+    with wh.connect() as con:
+        con.autocommit = False
+        try:
+            yield con
+        finally:
+            con.rollback()
+
+
+def waiting_backends(url: str) -> list[int]:
+    """Backends of backfill_assets waiting for a lock."""
+    with psycopg.connect(url.split("?")[0], autocommit=True) as con:
+        rows = con.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'backfill_assets' "
+            "AND wait_event_type = 'Lock'"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_readers_during_swaps_and_rollbacks_see_all_old_or_all_new_never_a_mix(pg, postgres_url):
+    old, new = states(pg)
+    seen: list[str] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        wh = open_warehouse(postgres_url)
+        while not stop.is_set():
+            try:
+                now = wh.checksums(SPEC, FIRST, END)  # one statement: one snapshot
+            except Exception as e:  # any error breaks the promise
+                errors.append(repr(e))
+                continue
+            seen.append("old" if now == old else "new" if now == new else "MIXED")
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for i in range(5):
+            plan = "pk" if i == 0 else f"pk{i}"
+            if i:  # a rolled-back plan is over: each round is a new plan with a new shadow
+                assert pg.claim_plan(SPEC.name, plan) == plan
+                pg.replace_partitions(
+                    SPEC, PLAN_START, PLAN_END, build=o.ORDERS_DAILY_SQL, shadow=True,
+                    plan_id=plan,
+                )  # fmt: skip
+            assert pg.swap(SPEC, plan, PLAN_DAYS).action == "swapped"
+            expect_target("postgres swap under readers", pg.checksums(SPEC, FIRST, END), new)
+            assert pg.rollback(SPEC, plan).action == "rolled_back"
+            expect_target("postgres rollback under readers", pg.checksums(SPEC, FIRST, END), old)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert not errors, errors[:3]
+    assert "MIXED" not in seen
+    assert {"old", "new"} <= set(seen)
+
+
+CHILD_SWAP = """
+import os
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+import datetime as dt
+
+wh = PostgresWarehouse(os.environ["URL"], lock_timeout_s=120, swap_lock_wait_s=60)
+days = [dt.date(2026, 1, 7) + dt.timedelta(days=i) for i in range(19)]
+print("swapping", flush=True)
+wh.swap(ORDERS.spec, "pk", days)
+print("committed", flush=True)
+"""
+
+
+def test_a_swap_killed_half_way_leaves_the_target_all_old_and_swaps_again(
+    pg, postgres_url, tmp_path
+):
+    old, new = states(pg)
+    with session(postgres_url) as blocker:
+        # A long reader of the plan's last shadow week: the swap moves the first two weeks
+        # inside its transaction, then waits for this lock.
+        blocker.execute(
+            psycopg.sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                psycopg.sql.Identifier(LAST_SHADOW_WEEK)
+            )
+        )
+        child = Child(CHILD_SWAP, {"URL": postgres_url}, tmp_path / "swap.log")
+        child.wait_for("swapping")
+        (pid,) = wait_until("the swap to wait for the lock", lambda: waiting_backends(postgres_url))
+        with psycopg.connect(postgres_url.split("?")[0], autocommit=True) as probe:
+            query = probe.execute("SELECT query FROM pg_stat_activity WHERE pid = %s", (pid,))
+            assert "DETACH PARTITION" in (query.fetchone() or [""])[0]
+        child.kill()  # SIGKILL: its transaction is open, two weeks already moved in it
+    # The server ends the killed session's transaction once it notices the client is gone.
+    wait_until(
+        "the killed session to end",
+        lambda: not _backend_alive(postgres_url, pid),
+    )
+    expect_target("postgres swap killed half-way", pg.checksums(SPEC, FIRST, END), old)
+    assert pg.swap_state(SPEC, "pk") is None
+    backups = pg.query(
+        "select count(*) from information_schema.tables where table_schema = current_schema() "
+        "and table_name like '%backup%'"
+    )
+    assert backups == [(0,)]
+    assert pg.swap(SPEC, "pk", PLAN_DAYS).action == "swapped"
+    expect_target("postgres swap after the killed one", pg.checksums(SPEC, FIRST, END), new)
+    pg.rollback(SPEC, "pk")
+    expect_target("postgres rollback after the killed swap", pg.checksums(SPEC, FIRST, END), old)
+
+
+def _backend_alive(url: str, pid: int) -> bool:
+    with psycopg.connect(url.split("?")[0], autocommit=True) as con:
+        row = con.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_reader_holding_the_table_past_the_bound_fails_the_swap_clearly(pg, postgres_url):
+    old, new = states(pg)
+    bounded = PostgresWarehouse(postgres_url, lock_timeout_s=2, swap_lock_wait_s=0.3)
+    with session(postgres_url) as reader:
+        reader.execute("SELECT count(*) FROM orders_daily").fetchall()  # holds ACCESS SHARE
+        fault()
+        t0 = time.monotonic()
+        with pytest.raises(WarehouseError) as refused:
+            bounded.swap(SPEC, "pk", PLAN_DAYS)
+        took = time.monotonic() - t0
+        message = str(refused.value)
+        assert "the swap of orders_daily waited 2s for sessions using it" in message
+        assert "nothing was changed" in message and "Held by: pid" in message
+        assert took < 10
+        # Other readers were never blocked for longer than one attempt meanwhile.
+        expect_target("postgres swap refused behind a reader", pg.checksums(SPEC, FIRST, END), old)
+    assert pg.swap_state(SPEC, "pk") is None
+    assert bounded.swap(SPEC, "pk", PLAN_DAYS).action == "swapped"  # once the reader is gone
+    expect_target("postgres swap after the reader left", pg.checksums(SPEC, FIRST, END), new)
+
+
+@pytest.mark.backends("postgres")
+def test_a_connection_dropped_mid_batch_fails_the_batch_and_a_rerun_resumes(
+    defs, instance, history, backend, postgres_url
+):
+    from backfill_assets.example.declaration import ORDERS
+    from tests.conftest import HISTORY_END, HISTORY_START, make_plan
+    from tests.helpers import execute
+
+    wh, url = history, postgres_url
+    assert wh.dialect == "postgres"
+    plan = make_plan(defs, instance, wh, "2026-01-05", "2026-01-18")  # two whole weeks
+    old = wh.checksums(SPEC, HISTORY_START, HISTORY_END + dt.timedelta(days=1))
+    wh.ensure_table(SPEC)
+    outcome: list[Any] = []
+    with session(url) as blocker:
+        # Writes of the shadow wait behind this lock; the batch's connection is then dropped.
+        blocker.execute(
+            psycopg.sql.SQL("LOCK TABLE {} IN SHARE MODE").format(
+                psycopg.sql.Identifier(ORDERS.spec.shadow_name)
+            )
+        )
+
+        def run() -> None:
+            try:
+                outcome.append(execute(defs, instance, wh, plan))
+            except Exception as e:  # asserted below
+                outcome.append(e)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        (pid,) = wait_until("the batch to wait for the lock", lambda: waiting_backends(url))
+        with psycopg.connect(url.split("?")[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        fault()
+        worker.join(timeout=120)
+    (failed,) = outcome
+    assert isinstance(failed, WarehouseError), failed
+    assert "the connection failed mid-write" in str(failed)
+    assert "nothing of this write was committed" in str(failed)
+    assert wh.checksums(SPEC, HISTORY_START, HISTORY_END + dt.timedelta(days=1)) == old
+    # The same plan, run again: both batches pass, once each.
+    reports = execute(defs, instance, wh, plan)
+    assert [r.status for r in reports] == ["passed", "passed"]
+    runs = instance.get_runs(dg.RunsFilter(tags={"backfill_assets/plan_id": plan.plan_id}))
+    ok = [r for r in runs if r.status == dg.DagsterRunStatus.SUCCESS]
+    assert sorted(r.tags["backfill_assets/batch"] for r in ok) == ["1", "2"]
+    assert wh.checksums(SPEC, HISTORY_START, HISTORY_END + dt.timedelta(days=1)) == old
