@@ -80,6 +80,7 @@ class Dev:
     warehouse: str  # a DuckDB file path or a postgresql:// URL
     log: Path
     today: dt.date
+    location: str = LOCATION  # the code location's name in the workspace
 
     def wh(self, lock_timeout_s: float = 30) -> Warehouse:
         return open_warehouse(self.warehouse, lock_timeout_s=lock_timeout_s)
@@ -133,42 +134,45 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | Non
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
 
 
-def start_dev(instance: dg.DagsterInstance, warehouse: str, log: Path, today: dt.date):
+def start_dev(
+    instance: dg.DagsterInstance,
+    warehouse: str,
+    log: Path,
+    today: dt.date,
+    *,
+    target: tuple[str, ...] = ("-w", str(REPO / "workspace.yaml")),
+    cwd: Path = REPO,
+    location: str = LOCATION,
+    driver_sensor_name: str = DRIVER_SENSOR,
+):
     """`dagster dev` on a free 127.0.0.1 port over the instance's DAGSTER_HOME and `warehouse`,
-    answering and with its code location loaded; returns the process and the Dev."""
+    answering and with its code location loaded; returns the process and the Dev. By default
+    the example's workspace; `target`/`cwd`/`location` point it at another code location."""
     port = _free_port()
     dagster = str(Path(sys.executable).with_name("dagster"))
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [
-                dagster,
-                "dev",
-                "-w",
-                str(REPO / "workspace.yaml"),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(port),
-            ],
-            cwd=REPO,
+            [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(port)],
+            cwd=cwd,
             env=os.environ.copy(),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=_default_sigint,
         )
-    d = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today)
+    d = Dev(f"http://127.0.0.1:{port}", instance, warehouse, log, today, location)
     try:
         wait_for("the webserver", lambda: _answers(d.url), STARTUP_TIMEOUT_S, d)
         wait_for(
             "the code location",
-            lambda: _sensor_ticks(d, DRIVER_SENSOR) is not None,
+            lambda: _sensor_ticks(d, driver_sensor_name) is not None,
             STARTUP_TIMEOUT_S,
             d,
         )
-        # Refreshing the weekly marts after a daily run is production behaviour tested on its
-        # own; here it would only hold the table's writer for a dbt run between batches.
-        stop_sensor(d, WEEKLY_REFRESH_SENSOR)
+        if location == LOCATION:
+            # Refreshing the weekly marts after a daily run is production behaviour tested on
+            # its own; here it would only hold the table's writer for a dbt run between batches.
+            stop_sensor(d, WEEKLY_REFRESH_SENSOR)
     except BaseException:
         _stop(proc)
         raise
@@ -285,19 +289,19 @@ mutation($executionParams: ExecutionParams!) {
 
 def _sensor_ticks(d: Dev, sensor: str) -> list[dict[str, Any]] | None:
     try:
-        data = d.graphql(SENSOR_TICKS, {"selector": _selector(sensorName=sensor)})
+        data = d.graphql(SENSOR_TICKS, {"selector": _selector(d, sensorName=sensor)})
     except (requests.RequestException, AssertionError):
         return None
     found = data["sensorOrError"]
     return found["sensorState"]["ticks"] if found["__typename"] == "Sensor" else None
 
 
-def _selector(**kw: str) -> dict[str, str]:
-    return {"repositoryLocationName": LOCATION, "repositoryName": REPOSITORY, **kw}
+def _selector(d: Dev, **kw: str) -> dict[str, str]:
+    return {"repositoryLocationName": d.location, "repositoryName": REPOSITORY, **kw}
 
 
 def stop_sensor(d: Dev, name: str) -> None:
-    sensor = d.graphql(SENSOR_ID, {"selector": _selector(sensorName=name)})["sensorOrError"]
+    sensor = d.graphql(SENSOR_ID, {"selector": _selector(d, sensorName=name)})["sensorOrError"]
     result = d.graphql(STOP_SENSOR, {"id": sensor["id"]})["stopSensor"]
     assert result["__typename"] == "StopSensorMutationResult", result
 
@@ -310,7 +314,7 @@ def launch(
     assets: list[str] | None = None,
 ) -> str:
     """Launch a run the way the Launchpad does; return its run id."""
-    selector: dict[str, Any] = _selector(jobName=job)
+    selector: dict[str, Any] = _selector(d, jobName=job)
     if assets:
         selector["assetSelection"] = [{"path": [a]} for a in assets]
     params = {
