@@ -202,11 +202,9 @@ def test_a_swap_of_partial_weeks_keeps_the_days_outside_the_plan(seeded):
     assert {d for d in before if before[d] != after[d]} == set(days)
     assert {d: after[d] for d in days} == built
     # The swap reports what went in and out of each day.
-    assert {d: p["checksum_in"] for d, p in result.partitions.items()} == built
-    assert {d: p["checksum_out"] for d, p in result.partitions.items()} == {
-        d: before[d] for d in days
-    }
-    assert all(p["rows_in"] == p["rows_out"] == N for p in result.partitions.values())
+    assert {d: p.checksum_in for d, p in result.partitions.items()} == built
+    assert {d: p.checksum_out for d, p in result.partitions.items()} == {d: before[d] for d in days}
+    assert all(p.rows_in == p.rows_out == N for p in result.partitions.values())
     assert seeded.query("select count(*) from orders_daily") == [(31 * N,)]
     assert seeded.swap(SPEC, "pa", days).action == "already_swapped"
     assert seeded.swap_state(SPEC, "pa") == "swapped"

@@ -47,6 +47,7 @@ from backfill_assets.errors import ExecutionRefused
 from backfill_assets.lib.gates import GateOutcome, evaluate_gates
 from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES
 from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.batch_driver import drive, follow_swaps
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
 from backfill_assets.service.lease import (
@@ -93,7 +94,9 @@ def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-def _claim(context: Any, wh: Any, table: BackfillableTable, role: str, plan_id: str = "") -> None:
+def _claim(
+    context: Any, wh: Warehouse, table: BackfillableTable, role: str, plan_id: str = ""
+) -> None:
     """Claim the table's writer lease for this run (held until the run ends)."""
 
     def waiting(w: Waiting) -> None:
@@ -324,7 +327,7 @@ def _warehouse(context: Any) -> WarehouseResource:
 
 
 def _refuse_shadow_without_plan(
-    instance: dg.DagsterInstance, wh: Any, table: BackfillableTable, plan_id: str
+    instance: dg.DagsterInstance, wh: Warehouse, table: BackfillableTable, plan_id: str
 ) -> None:
     """The shadow belongs to the plan that holds the table; a run for no plan, or another one,
     would overwrite what that plan's gates checked."""

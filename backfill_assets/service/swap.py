@@ -146,10 +146,10 @@ def swap_materializations(
             metadata={
                 "action": action,
                 "plan_id": result.plan_id,
-                "rows_in": info["rows_in"],
-                "rows_out": info["rows_out"],
-                "checksum_in": info["checksum_in"],
-                "checksum_out": info["checksum_out"],
+                "rows_in": info.rows_in,
+                "rows_out": info.rows_out,
+                "checksum_in": info.checksum_in,
+                "checksum_out": info.checksum_out,
             },
         )
         for day, info in sorted(result.partitions.items())

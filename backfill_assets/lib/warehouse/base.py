@@ -62,10 +62,20 @@ class GateInputs:
 
 
 @dataclass(frozen=True)
+class PartitionMove:
+    """What a swap or rollback put into one partition of the target and what it took out."""
+
+    rows_in: int
+    checksum_in: str
+    rows_out: int
+    checksum_out: str
+
+
+@dataclass(frozen=True)
 class SwapResult:
     plan_id: str
     action: str  # "swapped", "rolled_back", "already_swapped", "already_rolled_back"
-    partitions: dict[dt.date, dict[str, Any]]  # rows_in, rows_out, checksum_in, checksum_out
+    partitions: dict[dt.date, PartitionMove]
     weeks: int
     seconds: float
 

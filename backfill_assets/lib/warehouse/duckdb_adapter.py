@@ -34,7 +34,13 @@ from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SU
 from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import GateInputs, LeaseHolder, PartitionStats, SwapResult
+from backfill_assets.lib.warehouse.base import (
+    GateInputs,
+    LeaseHolder,
+    PartitionMove,
+    PartitionStats,
+    SwapResult,
+)
 from backfill_assets.lib.warehouse.dialects import SQL, sql_for
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
@@ -478,7 +484,7 @@ class DuckDBWarehouse:
             shadow = self._week_tables(con, spec.shadow_name)
             backup_base = self._backup_base(spec, plan_id)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            result: dict[dt.date, dict[str, Any]] = {}
+            result: dict[dt.date, PartitionMove] = {}
             pc = quote_ident(spec.partition_column)
             cols = column_list(spec.column_names)
             for week, wdays in sorted(by_week.items()):
@@ -521,12 +527,7 @@ class DuckDBWarehouse:
                     },
                 )
                 for d in wdays:
-                    result[d] = {
-                        "rows_in": _rows_of(ins.get(d)),
-                        "checksum_in": ins.get(d, "0:0"),
-                        "rows_out": _rows_of(outs.get(d)),
-                        "checksum_out": outs.get(d, "0:0"),
-                    }
+                    result[d] = _move(ins.get(d), outs.get(d))
             for r0, r1 in _runs(days):
                 self._bump_versions(con, spec, r0, r1, now)
             self._recreate_view(con, spec, spec.name)
@@ -602,7 +603,7 @@ class DuckDBWarehouse:
             pc = quote_ident(spec.partition_column)
             cols = column_list(spec.column_names)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-            result: dict[dt.date, dict[str, Any]] = {}
+            result: dict[dt.date, PartitionMove] = {}
             for week, r0, r1, had_live, _ in log:
                 if had_live and week not in backup:
                     raise SwapRefused(f"backup of week {week} for plan {plan_id} is missing")
@@ -634,12 +635,7 @@ class DuckDBWarehouse:
                         )
                 for i in range((r1 - r0).days):
                     d = r0 + dt.timedelta(days=i)
-                    result[d] = {
-                        "rows_in": _rows_of(ins.get(d)),
-                        "checksum_in": ins.get(d, "0:0"),
-                        "rows_out": _rows_of(outs.get(d)),
-                        "checksum_out": outs.get(d, "0:0"),
-                    }
+                    result[d] = _move(ins.get(d), outs.get(d))
                 self._bump_versions(con, spec, r0, r1, now)
             con.execute(
                 f"UPDATE {M}.swap_log SET state='rolled_back', changed_at=$now "
@@ -882,6 +878,12 @@ def _unwritable_reason(msg: str) -> str | None:
     if "read-only" in low or "read only" in low or "permission denied" in low:
         return "it cannot be written (read-only); make it writable and run the command again"
     return None
+
+
+def _move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:
+    return PartitionMove(
+        _rows_of(checksum_in), checksum_in or "0:0", _rows_of(checksum_out), checksum_out or "0:0"
+    )
 
 
 def _rows_of(checksum: str | None) -> int:

@@ -43,7 +43,13 @@ from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, WEEK_INFIX
 from backfill_assets.errors import InvalidInput, SwapRefused, WarehouseError
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id, week_monday
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import GateInputs, LeaseHolder, PartitionStats, SwapResult
+from backfill_assets.lib.warehouse.base import (
+    GateInputs,
+    LeaseHolder,
+    PartitionMove,
+    PartitionStats,
+    SwapResult,
+)
 from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
 
@@ -57,6 +63,7 @@ MAX_IDENT = 63  # PostgreSQL truncates longer identifiers
 PLAN_ID_LEN = 12
 # The row hash of checksums and fingerprints: order-independent over a partition.
 ROW_HASH = "hashtextextended(({cols})::text, 0)"
+EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 
 
 def _row_hash(columns: Sequence[str], prefix: str = "") -> str:
@@ -437,7 +444,7 @@ class PostgresWarehouse:
                 "v.table_name = %(t)s AND v.partition_date = %(d)s), 0), %(n)s, %(c)s, %(now)s",
                 [
                     {"t": key, "d": d, "p": plan_id, "n": _rows_of(sums.get(d)),
-                     "c": sums.get(d, "0:0000000000000000"), "now": now}
+                     "c": sums.get(d, EMPTY), "now": now}
                     for d in _days(start, end)
                 ],
             )  # fmt: skip
@@ -461,7 +468,7 @@ class PostgresWarehouse:
                 "checksum = excluded.checksum, written_at = excluded.written_at",
                 [
                     {"t": self._key(spec.name), "d": d, "n": _rows_of(c),
-                     "c": c or "0:0000000000000000", "now": now}
+                     "c": c or EMPTY, "now": now}
                     for d, c in sorted(sums.items())
                 ],
             )  # fmt: skip
@@ -585,7 +592,7 @@ class PostgresWarehouse:
 
     def _swap_once(
         self, spec: TableSpec, plan_id: str, days: list[dt.date]
-    ) -> tuple[dict[dt.date, dict[str, Any]], int] | None:
+    ) -> tuple[dict[dt.date, PartitionMove], int] | None:
         key = self._key(spec.name)
         with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
             self._ensure(con, spec)
@@ -620,7 +627,7 @@ class PostgresWarehouse:
             cols = column_list(spec.column_names)
             now = _utcnow()
             backup_base = self._backup_base(spec, plan_id)
-            partitions: dict[dt.date, dict[str, Any]] = {}
+            partitions: dict[dt.date, PartitionMove] = {}
             # 1. Row work first, before any lock that blocks readers of the target: only the
             # days of a partial week outside the plan are copied, from the live week.
             for week, wdays in sorted(by_week.items()):
@@ -650,17 +657,10 @@ class PostgresWarehouse:
                      "now": now},
                 )  # fmt: skip
                 for d in wdays:
-                    ins, out = logged[d], outs.get(d)
-                    partitions[d] = {
-                        "rows_in": _rows_of(ins),
-                        "checksum_in": ins,
-                        "rows_out": _rows_of(out),
-                        "checksum_out": out or "0:0000000000000000",
-                    }
+                    ins, out = logged[d], outs.get(d) or EMPTY
+                    partitions[d] = PartitionMove(_rows_of(ins), ins, _rows_of(out), out)
             self._record_swap_days(con, key, plan_id, partitions)
-            self._bump_versions(
-                con, spec, {d: p["checksum_in"] for d, p in partitions.items()}, now
-            )
+            self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
             # 2. The catalog moves, under ACCESS EXCLUSIVE on the target until COMMIT.
             for week, wdays in sorted(by_week.items()):
                 monday = week_monday(wdays[0])
@@ -692,7 +692,7 @@ class PostgresWarehouse:
         return {d: c for d, c in rows if c}
 
     def _record_swap_days(
-        self, con: Connection, key: str, plan_id: str, partitions: Mapping[dt.date, Mapping]
+        self, con: Connection, key: str, plan_id: str, partitions: Mapping[dt.date, PartitionMove]
     ) -> None:
         with con.cursor() as cur:
             _xm(cur, 
@@ -701,8 +701,8 @@ class PostgresWarehouse:
                 "rows_in = excluded.rows_in, checksum_in = excluded.checksum_in, "
                 "rows_out = excluded.rows_out, checksum_out = excluded.checksum_out",
                 [
-                    {"t": key, "p": plan_id, "d": d, "ri": p["rows_in"], "ci": p["checksum_in"],
-                     "ro": p["rows_out"], "co": p["checksum_out"]}
+                    {"t": key, "p": plan_id, "d": d, "ri": p.rows_in, "ci": p.checksum_in,
+                     "ro": p.rows_out, "co": p.checksum_out}
                     for d, p in sorted(partitions.items())
                 ],
             )  # fmt: skip
@@ -757,7 +757,7 @@ class PostgresWarehouse:
 
     def _rollback_once(
         self, spec: TableSpec, plan_id: str
-    ) -> tuple[dict[dt.date, dict[str, Any]], int] | None:
+    ) -> tuple[dict[dt.date, PartitionMove], int] | None:
         key = self._key(spec.name)
         with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
             self._ensure(con, spec)
@@ -813,7 +813,7 @@ class PostgresWarehouse:
             pc = quote_ident(spec.partition_column)
             cols = column_list(spec.column_names)
             now = _utcnow()
-            partitions: dict[dt.date, dict[str, Any]] = {}
+            partitions: dict[dt.date, PartitionMove] = {}
             moves: list[tuple[str, str | None, str, dt.date]] = []
             # 1. Row work first: the days of a partial week outside the plan may have been
             # written since the swap; the backup week takes them from the live week.
@@ -837,16 +837,10 @@ class PostgresWarehouse:
                 elif cur:
                     _x(con, f"DELETE FROM {self._q(cur)} WHERE {pc} >= %(s)s AND {pc} < %(e)s", rng)
                 for d in _days(r0, r1):
-                    back = restored.get(d, "0:0000000000000000") if had_live else None
-                    partitions[d] = {
-                        "rows_in": _rows_of(back),
-                        "checksum_in": back or "0:0000000000000000",
-                        "rows_out": _rows_of(current.get(d)),
-                        "checksum_out": current.get(d, "0:0000000000000000"),
-                    }
-            self._bump_versions(
-                con, spec, {d: p["checksum_in"] for d, p in partitions.items()}, now
-            )
+                    back = restored.get(d, EMPTY) if had_live else EMPTY
+                    out = current.get(d, EMPTY)
+                    partitions[d] = PartitionMove(_rows_of(back), back, _rows_of(out), out)
+            self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
             _x(
                 con,
                 f"UPDATE {M}.swap_log SET state = 'rolled_back', changed_at = %(now)s "
