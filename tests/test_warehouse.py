@@ -170,3 +170,21 @@ def test_a_failure_inside_the_swap_transaction_leaves_the_target_untouched(seede
     assert seeded.query(
         "select count(*) from duckdb_tables() where table_name like '%backup%'"
     ) == [(0,)]
+
+
+def test_a_file_written_before_checksums_were_recorded_swaps_and_rolls_back_exactly(seeded):
+    # Files from before the checksums were recorded at write time: the swap computes the
+    # missing ones once, and reports the same as a swap of a file that has them.
+    days = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(9)]
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    shadow(seeded, "pl", days[0], days[-1] + dt.timedelta(days=1))
+    built = seeded.checksums(SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True)
+    seeded.execute("update backfill_meta.partition_versions set checksum = null, row_count = null")
+    seeded.execute("update backfill_meta.shadow_log set checksum = null")
+    result = seeded.swap(SPEC, "pl", days)
+    assert {d: m.checksum_in for d, m in result.partitions.items()} == built
+    assert {d: m.checksum_out for d, m in result.partitions.items()} == {d: before[d] for d in days}
+    seeded.execute("update backfill_meta.swap_days set checksum_out = null")
+    back = seeded.rollback(SPEC, "pl")
+    assert {d: m.checksum_in for d, m in back.partitions.items()} == {d: before[d] for d in days}
+    assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before

@@ -422,9 +422,10 @@ PLANNED_DAYS = [
     PLANNED[0] + dt.timedelta(days=i) for i in range((PLANNED[1] - PLANNED[0]).days + 1)
 ]
 KILL_PLAN = "pkillswap"
-# Per week: trim the shadow to the plan's days, copy in the live days outside them, rename live ->
-# backup and shadow -> live (4 steps); then the commit.
-SWAP_STEP_COUNT = 16 * 4 + 1
+# The partial first and last weeks: trim the shadow to the plan's days and copy in the live days
+# outside them (2 steps each); every week: rename live -> backup and shadow -> live (2 steps);
+# then the commit. (Whole weeks copy nothing: their checksums were recorded when written.)
+SWAP_STEP_COUNT = 2 * 2 + 16 * 2 + 1
 
 
 @pytest.fixture

@@ -10,11 +10,13 @@ Layout for a table `orders_daily` (all in schema main):
 
 A swap renames live -> backup and shadow -> live for every week of the plan in one transaction
 (pointer moves, no row copies except the few days of a partial first/last week that lie outside
-the plan). Rollback is the same move in reverse. `backfill_meta` holds per-partition write
-versions, the shadow's build log and the swap log, so a swap can refuse when the live partition
-changed after its shadow was built; and the writer lease and plan claim of each table, changed by
-compare-and-set in one transaction (DuckDB lets one process write the file at a time, so each
-transaction is atomic across processes).
+the plan). Rollback is the same move in reverse. Neither reads the rows it moves: each write
+records the rows and checksum of every day it wrote, and the swap reports those. `backfill_meta`
+holds per-partition write versions (with those rows and checksums), the shadow's build log and
+the swap log, so a swap can refuse when the live partition changed after its shadow was built;
+and the writer lease and plan claim of each table, changed by compare-and-set in one transaction
+(DuckDB lets one process write the file at a time, so each transaction is atomic across
+processes).
 """
 
 from __future__ import annotations
@@ -213,10 +215,18 @@ class DuckDBWarehouse:
             f"CREATE TABLE IF NOT EXISTS {M}.shadow_log (table_name VARCHAR, partition_date DATE, "
             "plan_id VARCHAR, base_version BIGINT, row_count BIGINT, written_at TIMESTAMP)"
         )
+        # Rows and checksum of each day as written (files from before these columns get them).
+        for table in ("partition_versions", "shadow_log"):
+            con.execute(f"ALTER TABLE {M}.{table} ADD COLUMN IF NOT EXISTS checksum VARCHAR")
+        con.execute(f"ALTER TABLE {M}.partition_versions ADD COLUMN IF NOT EXISTS row_count BIGINT")
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {M}.swap_log (table_name VARCHAR, plan_id VARCHAR, "
             "week VARCHAR, range_start DATE, range_end DATE, had_live BOOLEAN, state VARCHAR, "
             "changed_at TIMESTAMP)"
+        )
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_days (table_name VARCHAR, plan_id VARCHAR, "
+            "partition_date DATE, checksum_in VARCHAR, checksum_out VARCHAR)"
         )
         self._ensure_meta(con)
         template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
@@ -303,7 +313,7 @@ class DuckDBWarehouse:
                 )
             if created:
                 self._recreate_view(con, spec, base)
-            counts = self._counts(con, base, spec, start, end)
+            sums = self._checksums(con, base, spec, start, end)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             if shadow:
                 con.execute(
@@ -312,40 +322,53 @@ class DuckDBWarehouse:
                     {"t": spec.name, "s": start, "e": end},
                 )
                 con.execute(
-                    f"INSERT INTO {M}.shadow_log SELECT $t, d::DATE, $plan, "
+                    f"INSERT INTO {M}.shadow_log (table_name, partition_date, plan_id, "
+                    "base_version, row_count, written_at, checksum) SELECT $t, d::DATE, $plan, "
                     f"coalesce((SELECT max(version) FROM {M}.partition_versions v "
                     "WHERE v.table_name = $t AND v.partition_date = d::DATE), 0), "
-                    f"0, $now FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) r(d)",
+                    f"0, $now, '{EMPTY}' FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) "
+                    "r(d)",
                     {"t": spec.name, "plan": plan_id or "", "s": start, "e": end, "now": now},
                 )
-                for day, n in counts.items():
-                    con.execute(
-                        f"UPDATE {M}.shadow_log SET row_count = $n WHERE table_name = $t "
-                        "AND partition_date = $d",
-                        {"n": n, "t": spec.name, "d": day},
+                if sums:
+                    con.executemany(
+                        f"UPDATE {M}.shadow_log SET row_count = $n, checksum = $c "
+                        "WHERE table_name = $t AND partition_date = $d",
+                        [
+                            {"n": _rows_of(c), "c": c, "t": spec.name, "d": day}
+                            for day, c in sums.items()
+                        ],
                     )
             else:
-                self._bump_versions(con, spec, start, end, now)
-        return counts
+                self._bump_versions(con, spec, {d: sums.get(d) for d in _days(start, end)}, now)
+        return {d: _rows_of(sums.get(d)) for d in _days(start, end)}
 
     def _bump_versions(
         self,
         con: duckdb.DuckDBPyConnection,
         spec: TableSpec,
-        start: dt.date,
-        end: dt.date,
+        sums: Mapping[dt.date, str | None],
         now: dt.datetime,
     ) -> None:
+        """A new version for each day of `sums`, with the rows and checksum it now holds."""
+        if not sums:
+            return
+        days = sorted(sums)
         con.execute(
-            f"DELETE FROM {M}.partition_versions WHERE table_name = $t AND partition_date >= $s "
-            "AND partition_date < $e",
-            {"t": spec.name, "s": start, "e": end},
+            f"DELETE FROM {M}.partition_versions WHERE table_name = $t "
+            "AND partition_date IN (SELECT unnest($days::DATE[]))",
+            {"t": spec.name, "days": days},
         )
-        con.execute(
-            f"INSERT INTO {M}.partition_versions SELECT $t, d::DATE, nextval('{M}.version_seq'), "
-            "$now FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) r(d)",
-            {"t": spec.name, "s": start, "e": end, "now": now},
-        )
+        con.executemany(
+            f"INSERT INTO {M}.partition_versions (table_name, partition_date, version, "
+            f"written_at, checksum, row_count) VALUES ($t, $d, nextval('{M}.version_seq'), $now, "
+            "$c, $n)",
+            [
+                {"t": spec.name, "d": d, "now": now, "c": sums[d] or EMPTY,
+                 "n": _rows_of(sums[d])}
+                for d in days
+            ],
+        )  # fmt: skip
 
     def _counts(
         self,
@@ -476,7 +499,8 @@ class DuckDBWarehouse:
                     + (f" (plan {holder} does)" if holder else " (no plan does)")
                     + "; approve it first, and only one plan per table at a time"
                 )
-            self._check_versions(con, spec, plan_id, days)
+            ins = self._check_versions(con, spec, plan_id, days)
+            outs = self._recorded(con, spec, days)
             by_week: dict[str, list[dt.date]] = defaultdict(list)
             for d in days:
                 by_week[week_id(d)].append(d)
@@ -497,49 +521,58 @@ class DuckDBWarehouse:
                         "for it first"
                     )
                 sh = quote_ident(shadow[week])
-                outside = f"NOT ({pc} >= $s AND {pc} < $e)"
-                # Only the plan's days come from the shadow; the rest of the week stays as live.
-                con.execute(f"DELETE FROM {sh} WHERE {outside}", {"s": r0, "e": r1})
-                ins = self._checksums(con, shadow[week], spec, r0, r1)
-                outs: dict[dt.date, str] = {}
+                # Checksums were recorded when the rows were written; a file written before
+                # that have them computed here, once.
+                self._fill(con, ins, shadow[week], spec, wdays)
                 if week in live:
-                    lv = quote_ident(live[week])
-                    outs = self._checksums(con, live[week], spec, r0, r1)
-                    con.execute(
-                        f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM {lv} WHERE {outside}",
-                        {"s": r0, "e": r1},
-                    )
+                    self._fill(con, outs, live[week], spec, wdays)
+                if len(wdays) < 7:
+                    # Only the plan's days come from the shadow; the rest of a partial week
+                    # stays as live. The only rows a swap copies.
+                    outside = f"NOT ({pc} >= $s AND {pc} < $e)"
+                    con.execute(f"DELETE FROM {sh} WHERE {outside}", {"s": r0, "e": r1})
+                    if week in live:
+                        con.execute(
+                            f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM "
+                            f"{quote_ident(live[week])} WHERE {outside}",
+                            {"s": r0, "e": r1},
+                        )
+                if week in live:
                     backup = self._week_table(backup_base, r0)
-                    con.execute(f"ALTER TABLE {lv} RENAME TO {quote_ident(backup)}")
+                    con.execute(
+                        f"ALTER TABLE {quote_ident(live[week])} RENAME TO {quote_ident(backup)}"
+                    )
                 con.execute(
                     f"ALTER TABLE {sh} RENAME TO {quote_ident(self._week_table(spec.name, r0))}"
                 )
                 con.execute(
                     f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
-                    {
-                        "t": spec.name,
-                        "p": plan_id,
-                        "w": week,
-                        "s": r0,
-                        "e": r1,
-                        "h": week in live,
-                        "now": now,
-                    },
-                )
+                    {"t": spec.name, "p": plan_id, "w": week, "s": r0, "e": r1,
+                     "h": week in live, "now": now},
+                )  # fmt: skip
                 for d in wdays:
                     result[d] = _move(ins.get(d), outs.get(d))
-            for r0, r1 in _runs(days):
-                self._bump_versions(con, spec, r0, r1, now)
+            con.executemany(
+                f"INSERT INTO {M}.swap_days VALUES ($t, $p, $d, $ci, $co)",
+                [
+                    {"t": spec.name, "p": plan_id, "d": d, "ci": m.checksum_in,
+                     "co": m.checksum_out}
+                    for d, m in sorted(result.items())
+                ],
+            )  # fmt: skip
+            self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             self._recreate_view(con, spec, spec.name)
             self._recreate_view(con, spec, spec.shadow_name)
         return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
 
     def _check_versions(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str, days: list[dt.date]
-    ) -> None:
+    ) -> dict[dt.date, str]:
+        """Refuse unless every day's shadow was built by the plan against the live version still
+        in place; return the checksum each day's shadow was recorded with (if it was)."""
         rows = con.execute(
-            f"SELECT s.partition_date, s.plan_id, s.base_version, coalesce(v.version, 0) "
-            f"FROM {M}.shadow_log s LEFT JOIN {M}.partition_versions v "
+            f"SELECT s.partition_date, s.plan_id, s.base_version, coalesce(v.version, 0), "
+            f"s.checksum FROM {M}.shadow_log s LEFT JOIN {M}.partition_versions v "
             "ON v.table_name = s.table_name AND v.partition_date = s.partition_date "
             "WHERE s.table_name = $t AND s.partition_date >= $a AND s.partition_date <= $b",
             {"t": spec.name, "a": days[0], "b": days[-1]},
@@ -558,6 +591,33 @@ class DuckDBWarehouse:
                 "(e.g. by the daily run); re-run those batches so the gates see the newer data, "
                 "then swap again"
             )
+        return {d: seen[d][4] for d in days if seen[d][4]}
+
+    def _recorded(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, days: list[dt.date]
+    ) -> dict[dt.date, str]:
+        """The checksum each live day was recorded with when it was written (if it was)."""
+        rows = con.execute(
+            f"SELECT partition_date, checksum FROM {M}.partition_versions WHERE table_name = $t "
+            "AND partition_date IN (SELECT unnest($days::DATE[])) AND checksum IS NOT NULL",
+            {"t": spec.name, "days": days},
+        ).fetchall()
+        return dict(rows)
+
+    def _fill(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        recorded: dict[dt.date, str],
+        relation: str,
+        spec: TableSpec,
+        days: list[dt.date],
+    ) -> None:
+        """Compute the checksums `recorded` lacks for `days` from `relation` (rows written by a
+        version of this package that did not record them)."""
+        lacking = [d for d in days if d not in recorded]
+        if lacking:
+            sums = self._checksums(con, relation, spec, lacking[0], lacking[-1] + _DAY)
+            recorded.update({d: sums.get(d, EMPTY) for d in lacking})
 
     def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
         """Put the backed-up weeks back; days of those weeks outside the plan keep live data."""
@@ -604,39 +664,51 @@ class DuckDBWarehouse:
             cols = column_list(spec.column_names)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
+            days = [d for _, r0, r1, _, _ in log for d in _days(r0, r1)]
+            # What each day held before the swap (recorded by it) and holds now (recorded by
+            # its last write); computed only for files from before they were recorded.
+            restored = dict(
+                con.execute(
+                    f"SELECT partition_date, checksum_out FROM {M}.swap_days "
+                    "WHERE table_name = $t AND plan_id = $p AND checksum_out IS NOT NULL",
+                    {"t": spec.name, "p": plan_id},
+                ).fetchall()
+            )
+            current = self._recorded(con, spec, days)
             for week, r0, r1, had_live, _ in log:
                 if had_live and week not in backup:
                     raise SwapRefused(f"backup of week {week} for plan {plan_id} is missing")
+                wdays = _days(r0, r1)
                 outside = f"NOT ({pc} >= $s AND {pc} < $e)"
                 cur = live.get(week)
-                outs = self._checksums(con, cur, spec, r0, r1) if cur else {}
+                if cur:
+                    self._fill(con, current, cur, spec, wdays)
                 if had_live:
                     bk = quote_ident(backup[week])
-                    ins = self._checksums(con, backup[week], spec, r0, r1)
+                    self._fill(con, restored, backup[week], spec, wdays)
                     # Days of the week outside the plan may have been written since the swap.
-                    con.execute(f"DELETE FROM {bk} WHERE {outside}", {"s": r0, "e": r1})
+                    if len(wdays) < 7:
+                        con.execute(f"DELETE FROM {bk} WHERE {outside}", {"s": r0, "e": r1})
+                        if cur:
+                            con.execute(
+                                f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM "
+                                f"{quote_ident(cur)} WHERE {outside}",
+                                {"s": r0, "e": r1},
+                            )
                     if cur:
-                        con.execute(
-                            f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM {quote_ident(cur)} "
-                            f"WHERE {outside}",
-                            {"s": r0, "e": r1},
-                        )
                         con.execute(f"DROP TABLE {quote_ident(cur)}")
                     con.execute(
                         f"ALTER TABLE {bk} RENAME TO "
                         f"{quote_ident(self._week_table(spec.name, _monday_of(week)))}"
                     )
-                else:
-                    ins = {}
-                    if cur:
-                        con.execute(
-                            f"DELETE FROM {quote_ident(cur)} WHERE {pc} >= $s AND {pc} < $e",
-                            {"s": r0, "e": r1},
-                        )
-                for i in range((r1 - r0).days):
-                    d = r0 + dt.timedelta(days=i)
-                    result[d] = _move(ins.get(d), outs.get(d))
-                self._bump_versions(con, spec, r0, r1, now)
+                elif cur:
+                    con.execute(
+                        f"DELETE FROM {quote_ident(cur)} WHERE {pc} >= $s AND {pc} < $e",
+                        {"s": r0, "e": r1},
+                    )
+                for d in wdays:
+                    result[d] = _move(restored.get(d) if had_live else None, current.get(d))
+            self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             con.execute(
                 f"UPDATE {M}.swap_log SET state='rolled_back', changed_at=$now "
                 "WHERE table_name=$t AND plan_id=$p",
@@ -880,25 +952,22 @@ def _unwritable_reason(msg: str) -> str | None:
     return None
 
 
+EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
+_DAY = dt.timedelta(days=1)
+
+
+def _days(start: dt.date, end: dt.date) -> list[dt.date]:
+    return [start + dt.timedelta(days=i) for i in range((end - start).days)]
+
+
 def _move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:
     return PartitionMove(
-        _rows_of(checksum_in), checksum_in or "0:0", _rows_of(checksum_out), checksum_out or "0:0"
+        _rows_of(checksum_in), checksum_in or EMPTY, _rows_of(checksum_out), checksum_out or EMPTY
     )
 
 
 def _rows_of(checksum: str | None) -> int:
     return int(checksum.split(":")[0]) if checksum else 0
-
-
-def _runs(days: list[dt.date]) -> list[tuple[dt.date, dt.date]]:
-    """Contiguous half-open runs of sorted days."""
-    out: list[tuple[dt.date, dt.date]] = []
-    for d in days:
-        if out and out[-1][1] == d:
-            out[-1] = (out[-1][0], d + dt.timedelta(days=1))
-        else:
-            out.append((d, d + dt.timedelta(days=1)))
-    return out
 
 
 def _fmt_days(days: list[str]) -> str:
