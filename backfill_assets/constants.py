@@ -52,6 +52,10 @@ METADATA_SCHEMA = "backfill_meta"
 # Dagster asset holding plans, one dynamic partition per plan id.
 PLANS_ASSET = "backfill_plans"
 PLANS_PARTITIONS = "backfill_plans"
+# The plans approved and not yet swapped, abandoned or rolled back: what the batch drivers drive.
+# An index kept in the instance (dynamic partitions), so a driver tick reads only these however
+# many plans the instance has recorded.
+ACTIVE_PLANS_PARTITIONS = "backfill_active_plans"
 PLAN_SCHEMA_VERSION = 1
 
 # The target asset's definition metadata holds its BackfillableTable under this key: the CLI and

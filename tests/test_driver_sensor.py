@@ -250,3 +250,35 @@ def test_the_refresh_sensor_leaves_a_swap_run_in_process_to_its_caller(defs, ins
     assert result.cursor  # the next tick starts after this run
     later = tick(defs, instance, dt.datetime.now(UTC), name=REFRESH_SENSOR, cursor=result.cursor)
     assert "no swap or rollback run succeeded" in (later.skip_message or "")
+
+
+def test_a_tick_reads_only_the_approved_plans_from_an_index_the_statuses_keep(
+    defs, instance, history
+):
+    from backfill_assets.constants import ACTIVE_PLANS_PARTITIONS
+    from backfill_assets.service.plans import active_plan_ids
+    from backfill_assets.service.swap import abandon_plan
+
+    tables = {ORDERS.key: ORDERS}
+    first = make_plan(defs, instance, history, "2026-01-03", "2026-01-09", window=WINDOW)
+    assert instance.get_dynamic_partitions(ACTIVE_PLANS_PARTITIONS) == [first.plan_id]
+    # As an instance from before the index: the first read builds it once, from every plan.
+    instance.delete_dynamic_partition(ACTIVE_PLANS_PARTITIONS, first.plan_id)
+    assert active_plan_ids(instance) == [first.plan_id]
+    # Approving adds a plan; every other status takes it out.
+    abandon_plan(instance, tables, history, first.plan_id)
+    assert active_plan_ids(instance) == []
+    second = make_plan(defs, instance, history, "2026-01-10", "2026-01-16", window=WINDOW)
+    assert active_plan_ids(instance) == [second.plan_id]
+    start_plan(instance, second.plan_id, "tests", dt.datetime.now(UTC))
+    assert active_plan_ids(instance) == [second.plan_id]  # started is still approved
+    result = tick(defs, instance, INSIDE)
+    assert [r.tags[PLAN_ID_TAG] for r in result.run_requests or []] == [second.plan_id]
+
+
+def test_every_writer_run_in_progress_is_seen_however_many_there_are(defs, instance, wh):
+    from backfill_assets.service.guards import writer_runs_in_progress
+
+    for _ in range(55):  # more than a page of 50 runs
+        started_run(defs, instance, shadow_job(ORDERS.key), {WRITER_TAG: ORDERS.key})
+    assert len(writer_runs_in_progress(instance, ORDERS)) == 55

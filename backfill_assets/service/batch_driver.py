@@ -53,9 +53,9 @@ from backfill_assets.service.plans import (
     OVERRUN,
     STARTED_AT,
     STARTED_BY,
+    active_plan_ids,
     latest_plan_record,
     load_plan,
-    plan_statuses,
     record_status,
 )
 from backfill_assets.service.refresh import refresh_requests
@@ -245,11 +245,11 @@ def drive(
     """One driver tick over the approved plans of `table`: run requests, one reason per plan."""
     requests: list[dg.RunRequest] = []
     reasons: list[str] = []
-    for plan_id, (_, status) in sorted(plan_statuses(instance, table.key).items()):
-        if status != PlanStatus.APPROVED:
+    for plan_id in active_plan_ids(instance):  # not every plan ever recorded
+        record = latest_plan_record(instance, plan_id) or {}
+        if record.get("status") != PlanStatus.APPROVED or record.get("target") != table.key:
             continue
         try:
-            record = latest_plan_record(instance, plan_id) or {}
             plan = BackfillPlan.from_dict(record["plan"])
             decision = next_action(plan, now, **plan_facts(instance, table, plan, record))
         except BackfillError as e:  # one broken plan must not stop the others

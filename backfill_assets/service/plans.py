@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.constants import PLANS_ASSET, PLANS_PARTITIONS
+from backfill_assets.constants import ACTIVE_PLANS_PARTITIONS, PLANS_ASSET, PLANS_PARTITIONS
 from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.markdown import render_markdown
@@ -95,6 +95,21 @@ def plan_statuses(
     return out
 
 
+_INDEXED = "__every_approved_plan_indexed__"  # marker: the index was built from every plan
+
+
+def active_plan_ids(instance: dg.DagsterInstance) -> list[str]:
+    """Ids of the plans in the approved state, from the index `record_status` keeps, without
+    reading every plan the instance ever recorded. An instance from before the index has it
+    built once, from every plan. Entries are a hint: callers check each plan's latest status."""
+    keys = instance.get_dynamic_partitions(ACTIVE_PLANS_PARTITIONS)
+    if _INDEXED not in keys:
+        approved = [p for p, (_, s) in plan_statuses(instance).items() if s == PlanStatus.APPROVED]
+        instance.add_dynamic_partitions(ACTIVE_PLANS_PARTITIONS, [*approved, _INDEXED])
+        keys = [*keys, *approved]
+    return sorted({k for k in keys if k != _INDEXED})
+
+
 def record_status(
     instance: dg.DagsterInstance,
     plan: BackfillPlan,
@@ -108,6 +123,8 @@ def record_status(
     The fields in CARRIED are copied from the latest record (or `previous`, when the caller
     already read it) unless `extra` sets them.
     """
+    if status == PlanStatus.APPROVED:  # indexed before it is recorded: never missed by a driver
+        instance.add_dynamic_partitions(ACTIVE_PLANS_PARTITIONS, [plan.plan_id])
     before = previous if previous is not None else latest_plan_record(instance, plan.plan_id)
     carried = {k: (before or {})[k] for k in CARRIED if k in (before or {})}
     metadata: dict[str, Any] = {
@@ -125,6 +142,10 @@ def record_status(
     instance.report_runless_asset_event(
         dg.AssetMaterialization(asset_key=PLAN_KEY, partition=plan.plan_id, metadata=metadata)
     )
+    if status != PlanStatus.APPROVED and instance.has_dynamic_partition(
+        ACTIVE_PLANS_PARTITIONS, plan.plan_id
+    ):
+        instance.delete_dynamic_partition(ACTIVE_PLANS_PARTITIONS, plan.plan_id)
 
 
 def _check_plan_for(table: BackfillableTable, plan: BackfillPlan) -> None:
