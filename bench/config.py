@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bench.load import LoadMonitor
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_DIR = BENCH_DIR.parent
@@ -108,8 +110,10 @@ SIZES: dict[str, Size] = {
 
 @dataclass(frozen=True)
 class BenchContext:
-    """What a measure gets: the size, how often to repeat, and a scratch folder it may fill."""
+    """What a measure gets: the size, how often to repeat, a scratch folder it may fill, and the
+    load monitor that waits for quiet before each timed round and measures the others' CPU."""
 
     size: Size
     repeats: int
     workdir: Path
+    load: LoadMonitor = field(default_factory=LoadMonitor)

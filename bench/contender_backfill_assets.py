@@ -10,6 +10,7 @@ imported where they are used, so each contender pays only for its own.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.dates import days, iso_weeks
 from backfill_assets.lib.gates.evaluate import evaluate_gates
 from backfill_assets.lib.warehouse.base import Warehouse
+from bench.config import REPO_DIR
 
 PLAN_ID = "bench"
+# The project's own instance config: what a deployment runs with (the writer tag limits).
+SHIPPED_INSTANCE = REPO_DIR / "dagster_home" / "dagster.yaml"
 
 
 def run_backfill_assets(
@@ -75,8 +79,8 @@ def run_backfill_assets_dagster(path: Path, start: dt.date, end: dt.date) -> dic
     """The same backfill through the project's own path: plan -> approve -> one Dagster run per
     ISO-week batch (shadow write + blocking gates recorded per partition in a real instance) ->
     the swap job. What `backfill-assets plan/approve/run/swap --no-refresh` does, in-process.
-    The instance stores in SQLite under a fresh DAGSTER_HOME."""
-    return through_dagster(str(path), start, end, "")
+    The instance stores in SQLite under a fresh DAGSTER_HOME holding the shipped dagster.yaml."""
+    return through_dagster(str(path), start, end, None)
 
 
 def run_backfill_assets_dagster_pg(url: str, start: dt.date, end: dt.date) -> dict[str, Any]:
@@ -84,27 +88,49 @@ def run_backfill_assets_dagster_pg(url: str, start: dt.date, end: dt.date) -> di
     (dagster-postgres) in the database the measure prepared next to the warehouse's."""
     from bench.pg_data import dagster_storage_url
 
-    storage = dagster_storage_url(url)
-    return through_dagster(url, start, end, f"storage:\n  postgres:\n    postgres_url: {storage}\n")
+    return through_dagster(url, start, end, dagster_storage_url(url))
+
+
+def instance_yaml(storage_url: str | None) -> str:
+    """The project's shipped instance config (dagster_home/dagster.yaml: the writer tag
+    concurrency limits, telemetry off), plus Dagster's PostgreSQL storage when given."""
+    text = SHIPPED_INSTANCE.read_text()
+    if storage_url is None:
+        return text
+    if re.search(r"^storage:", text, flags=re.MULTILINE):
+        raise RuntimeError(f"{SHIPPED_INSTANCE} sets storage already; merge it here instead")
+    return f"{text}\nstorage:\n  postgres:\n    postgres_url: {storage_url}\n"
 
 
 def through_dagster(
-    warehouse_url: str, start: dt.date, end: dt.date, instance_yaml: str
+    warehouse_url: str, start: dt.date, end: dt.date, storage_url: str | None
 ) -> dict[str, Any]:
     """Plan, approve, execute and swap [start, end) with the example's definitions, on the
-    warehouse `warehouse_url` names, with an instance configured by `instance_yaml` (plus
-    telemetry off) in a fresh DAGSTER_HOME. `setup_s` in the split is Dagster's import, the
+    warehouse `warehouse_url` names, with the shipped instance config (`instance_yaml`) in a
+    fresh DAGSTER_HOME, removed afterwards. `setup_s` in the split is Dagster's import, the
     definitions' load and the instance's start."""
     t_entry = time.perf_counter()
-    import contextlib
-    import io
     import os
+    import shutil
     import tempfile
 
     os.environ["BACKFILL_ASSETS_WAREHOUSE"] = warehouse_url
     home = tempfile.mkdtemp(prefix="bench_dagster_home_")
     os.environ["DAGSTER_HOME"] = home
-    Path(home, "dagster.yaml").write_text(instance_yaml + "telemetry:\n  enabled: false\n")
+    try:
+        Path(home, "dagster.yaml").write_text(instance_yaml(storage_url))
+        out = _plan_execute_swap(warehouse_url, start, end, t_entry)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    return {**out, "dagster_home": home}
+
+
+def _plan_execute_swap(
+    warehouse_url: str, start: dt.date, end: dt.date, t_entry: float
+) -> dict[str, Any]:
+    import contextlib
+    import io
+
     import dagster as dg
 
     from backfill_assets.constants import ROLE_SWAP, swap_job, swap_run_config
@@ -120,54 +146,54 @@ def through_dagster(
     defs = example_definitions()
     tables = backfill_tables(defs)
 
-    instance = dg.DagsterInstance.get()
-    wh = open_warehouse(warehouse_url)
-    now = dt.datetime.now(dt.UTC)
-    t0 = time.perf_counter()
-    request = PlanRequest(
-        "orders_daily",
-        start.isoformat(),
-        (end - dt.timedelta(days=1)).isoformat(),
-        "02:00-23:59",
-        "UTC",
-        "backup",
-    )
-    plan = plan_backfill(
-        request,
-        asset_graph=defs.resolve_asset_graph(),
-        tables=tables,
-        instance=instance,
-        warehouse=wh,
-        now=now,
-    )
-    approve_plan(instance, wh, ORDERS, plan, "bench")
-    t1 = time.perf_counter()
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-        reports = execute_plan(
-            defs,
-            instance,
-            wh,
-            tables,
-            plan.plan_id,
-            clock=lambda: now,
-            ignore_window=True,
-            log_level="ERROR",
+    with dg.DagsterInstance.get() as instance:
+        wh = open_warehouse(warehouse_url)
+        now = dt.datetime.now(dt.UTC)
+        t0 = time.perf_counter()
+        request = PlanRequest(
+            "orders_daily",
+            start.isoformat(),
+            (end - dt.timedelta(days=1)).isoformat(),
+            "02:00-23:59",
+            "UTC",
+            "backup",
         )
-        t2 = time.perf_counter()
-        swap = run_as_writer(
-            defs,
-            swap_job(ORDERS.key),
-            instance,
-            wh,
-            ORDERS,
-            role=ROLE_SWAP,
-            plan_id=plan.plan_id,
-            wait_s=30,
-            log_level="ERROR",
-            run_config=swap_run_config(ORDERS.key, ROLE_SWAP, plan.plan_id),
+        plan = plan_backfill(
+            request,
+            asset_graph=defs.resolve_asset_graph(),
+            tables=tables,
+            instance=instance,
+            warehouse=wh,
+            now=now,
         )
-    t3 = time.perf_counter()
+        approve_plan(instance, wh, ORDERS, plan, "bench")
+        t1 = time.perf_counter()
+        quiet = io.StringIO()
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            reports = execute_plan(
+                defs,
+                instance,
+                wh,
+                tables,
+                plan.plan_id,
+                clock=lambda: now,
+                ignore_window=True,
+                log_level="ERROR",
+            )
+            t2 = time.perf_counter()
+            swap = run_as_writer(
+                defs,
+                swap_job(ORDERS.key),
+                instance,
+                wh,
+                ORDERS,
+                role=ROLE_SWAP,
+                plan_id=plan.plan_id,
+                wait_s=30,
+                log_level="ERROR",
+                run_config=swap_run_config(ORDERS.key, ROLE_SWAP, plan.plan_id),
+            )
+        t3 = time.perf_counter()
     if not swap.success or any(r.status != "passed" for r in reports):
         raise RuntimeError(f"the Dagster path did not complete: {[r.status for r in reports]}")
     return {

@@ -28,6 +28,7 @@ from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
 from bench.config import BenchContext
 from bench.data import Templates, fresh_copy
+from bench.load import agree, agreement, clean_values, kept, note, round_load, summary
 from bench.measure import BenchError, goal, median
 
 
@@ -61,41 +62,51 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     wh = DuckDBWarehouse(path)
     weeks = list(iso_weeks(ctx.size.start, ctx.size.end))[: ctx.size.gate_timing_weeks]
     samples: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = []
     for rnd in range(ctx.repeats):
         plan_id = f"gate_cost_r{rnd}"
-        for w0, w1 in weeks:
-            t0 = time.perf_counter()
-            wh.replace_partitions(
-                ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id
-            )
-            t1 = time.perf_counter()
-            timed = TimedWarehouse(wh)
-            outcomes = evaluate_gates(
-                timed,  # type: ignore[arg-type]
-                ORDERS_SPEC,
-                ORDERS_CRITERIA,
-                w0,
-                w1,
-                plan_id,
-            )
-            t2 = time.perf_counter()
-            if not all(g.passed for g in outcomes):
-                raise BenchError(f"gates failed on a correct shadow for {w0}..{w1}")
-            samples.append(
-                {
-                    "week": week_id(w0),
-                    "days": (w1 - w0).days,
-                    "write_s": t1 - t0,
-                    "gates_s": t2 - t1,
-                    "share": (t2 - t1) / (t1 - t0),
-                    "by_query_s": timed.seconds,
-                }
-            )
+        with ctx.load.span() as span:
+            for w0, w1 in weeks:
+                t0 = time.perf_counter()
+                wh.replace_partitions(
+                    ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id
+                )
+                t1 = time.perf_counter()
+                timed = TimedWarehouse(wh)
+                outcomes = evaluate_gates(
+                    timed,  # type: ignore[arg-type]
+                    ORDERS_SPEC,
+                    ORDERS_CRITERIA,
+                    w0,
+                    w1,
+                    plan_id,
+                )
+                t2 = time.perf_counter()
+                if not all(g.passed for g in outcomes):
+                    raise BenchError(f"gates failed on a correct shadow for {w0}..{w1}")
+                samples.append(
+                    {
+                        "round": rnd,
+                        "week": week_id(w0),
+                        "days": (w1 - w0).days,
+                        "write_s": t1 - t0,
+                        "gates_s": t2 - t1,
+                        "share": (t2 - t1) / (t1 - t0),
+                        "by_query_s": timed.seconds,
+                    }
+                )
+        rounds.append(round_load(rnd, [span]))
         print(
             f"  gates cost round {rnd + 1}: share "
-            f"{median([s['share'] for s in samples[-len(weeks) :]]):.1%}",
+            f"{median([s['share'] for s in samples[-len(weeks) :]]):.1%}{note(span)}",
             flush=True,
         )
+    use = set(kept(rounds))
+    every = samples
+    samples = [s for s in every if s["round"] in use]
+    share_by_round = {
+        r["round"]: median([s["share"] for s in every if s["round"] == r["round"]]) for r in rounds
+    }
     queries = samples[0]["by_query_s"].keys()
     return {
         "batches_timed": len(samples),
@@ -104,7 +115,10 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
         "gates_s_per_batch": median([s["gates_s"] for s in samples]),
         "share_median": median([s["share"] for s in samples]),
         "share_max": max(s["share"] for s in samples),
+        "share_runs": list(share_by_round.values()),
         "gates_s_by_query": {q: median([s["by_query_s"][q] for s in samples]) for q in queries},
+        "load": summary(rounds, "measured per round (every timed batch); detection is not timed"),
+        "agreement": {"gate share": agreement(clean_values(share_by_round, rounds))},
     }
 
 
@@ -274,7 +288,22 @@ def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     cost = measure_cost(ctx, templates)
     detection = measure_detection(ctx, templates)
     goals = [
-        goal("gate time / shadow write time per batch", cost["share_median"] * 100, 10.0, unit="%"),
+        goal(
+            "gate time / shadow write time per batch",
+            cost["share_median"] * 100,
+            10.0,
+            unit="%",
+            no_verdict=bool(cost["load"]["verdict"]),
+        ),
         *detection.pop("goals"),
     ]
-    return {"cost": cost, "detection": detection, "goals": goals}
+    # Only the cost is timed; detection counts outcomes, which noise does not change.
+    load, agreements = cost.pop("load"), cost.pop("agreement")
+    return {
+        "cost": cost,
+        "detection": detection,
+        "goals": goals,
+        "load": load,
+        "agreement": agreements,
+        "rounds_agree": agree(agreements.values()),
+    }

@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.config import PYTHON, REPO_DIR
 from bench.contenders import RESULT_PREFIX
+from bench.load import NO_VERDICT
 
 CONTENDER_TIMEOUT_S = 1800
 
@@ -71,16 +72,22 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
-def paired_ratio(num: Sequence[float], den: Sequence[float]) -> float:
-    """Median of per-round ratios: each round ran both contenders back to back, so a noisy
-    round inflates both sides and cancels in its own ratio."""
-    return median([n / d for n, d in zip(num, den, strict=True)])
-
-
-def goal(name: str, value: float, limit: float, *, op: str = "<=", unit: str = "") -> dict:
-    """One goal, met or missed, with the numbers that decided it."""
+def goal(
+    name: str,
+    value: float,
+    limit: float,
+    *,
+    op: str = "<=",
+    unit: str = "",
+    no_verdict: bool = False,
+) -> dict:
+    """One goal, met or missed, with the numbers that decided it. `no_verdict`: every round
+    behind `value` was noisy, so it decides nothing (`met` is None; the value is still shown)."""
+    out = {"goal": f"{name} {op} {limit:g}{unit}", "value": round(value, 4)}
+    if no_verdict:
+        return {**out, "met": None, "verdict": NO_VERDICT}
     met = {"<=": value <= limit, "<": value < limit, ">=": value >= limit}[op]
-    return {"goal": f"{name} {op} {limit:g}{unit}", "value": round(value, 4), "met": bool(met)}
+    return {**out, "met": bool(met)}
 
 
 def rounded(obj: Any, digits: int = 4) -> Any:

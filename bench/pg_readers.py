@@ -8,8 +8,9 @@ table is then filled from the target in date order, its indexes built (the key, 
 has, and the date: see bench.pg_data.PLAIN_INDEXES), and both are vacuumed and analyzed.
 
 Each round runs every shape `pg_query_reps` times on each table, alternating which table goes
-first; a shape's figure per round is the median of its runs, its ratio the median over rounds
-of partitioned/plain. Queries are planned each time (not prepared), as ad-hoc and dashboard
+first; a shape's figure per round is the median of its runs, its ratio the median over the
+clean rounds of partitioned/plain (each round waits for quiet and is measured; noisy rounds are
+left out: bench.load). Queries are planned each time (not prepared), as ad-hoc and dashboard
 queries are: planning over the partitions is part of what a reader pays. The parameters (days,
 keys) change from run to run, the same for both tables.
 """
@@ -26,7 +27,17 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS_SPEC
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench.config import BenchContext
-from bench.measure import BenchError, goal, median, paired_ratio
+from bench.load import (
+    agree,
+    agreement,
+    all_noisy,
+    clean_values,
+    kept,
+    print_noisy,
+    round_load,
+    summary,
+)
+from bench.measure import BenchError, goal, median
 from bench.pg_data import (
     PLAIN_INDEXES,
     PLAIN_TABLE,
@@ -153,35 +164,54 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
     last = dt.date.fromisoformat(facts["last_day"])
     rounds = ctx.repeats
     per_round: dict[str, dict[str, list[float]]] = {s: {t: [] for t in TABLES} for s in SHAPES}
+    loads: list[dict[str, Any]] = []
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as con:
         for shape, (_, sql, _) in SHAPES.items():  # warm both tables' caches once
             for table in TABLES.values():
                 _time(con, sql.format(t=table), _params(shape, 0, first, last, 1))  # key n=0
         for rnd in range(rounds):
-            for shape, (_, sql, _) in SHAPES.items():
-                times: dict[str, list[float]] = {t: [] for t in TABLES}
-                for rep in range(size.pg_query_reps):
-                    run_no = rnd * size.pg_query_reps + rep
-                    params = _params(shape, run_no, first, last, size.pg_reader_rows_per_day)
-                    order = list(TABLES) if run_no % 2 == 0 else list(TABLES)[::-1]
-                    for name in order:
-                        times[name].append(_time(con, sql.format(t=TABLES[name]), params))
-                for name in TABLES:
-                    per_round[shape][name].append(median(times[name]))
+            with ctx.load.span() as span:
+                for shape, (_, sql, _) in SHAPES.items():
+                    times: dict[str, list[float]] = {t: [] for t in TABLES}
+                    for rep in range(size.pg_query_reps):
+                        run_no = rnd * size.pg_query_reps + rep
+                        params = _params(shape, run_no, first, last, size.pg_reader_rows_per_day)
+                        order = list(TABLES) if run_no % 2 == 0 else list(TABLES)[::-1]
+                        for name in order:
+                            times[name].append(_time(con, sql.format(t=TABLES[name]), params))
+                    for name in TABLES:
+                        per_round[shape][name].append(median(times[name]))
+            loads.append(round_load(rnd, [span]))
+            print_noisy(f"postgres reader queries round {rnd + 1}", loads[-1])
+    use = kept(loads)
+    no_verdict = all_noisy(loads)
     shapes: dict[str, Any] = {}
-    goals = []
+    goals, agreements = [], {}
     for shape, (what, _, has_goal) in SHAPES.items():
         part, plain = per_round[shape]["partitioned"], per_round[shape]["plain"]
-        ratio = paired_ratio(part, plain)
+        ratios = {i: part[i] / plain[i] for i in range(rounds)}
+        ratio = median([ratios[i] for i in use])
         shapes[shape] = {
             "what": what,
-            "partitioned_ms": median(part) * 1000,
-            "plain_ms": median(plain) * 1000,
+            "partitioned_ms": median([part[i] for i in use]) * 1000,
+            "plain_ms": median([plain[i] for i in use]) * 1000,
             "ratio": ratio,
+            "ratio_runs": list(ratios.values()),
             "has_goal": has_goal,
         }
         if has_goal:
-            goals.append(goal(f"reader {shape} partitioned/plain", ratio, RATIO_GOAL))
+            agreements[shape] = agreement(clean_values(ratios, loads))
+            goals.append(
+                goal(f"reader {shape} partitioned/plain", ratio, RATIO_GOAL, no_verdict=no_verdict)
+            )
     pg.drop(DB)
-    return {"history": facts, "rounds": rounds, "reps": size.pg_query_reps, "shapes": shapes,
-            "goals": goals}  # fmt: skip
+    return {
+        "history": facts,
+        "rounds": rounds,
+        "reps": size.pg_query_reps,
+        "shapes": shapes,
+        "goals": goals,
+        "load": summary(loads, "measured per round (every shape on both tables)"),
+        "agreement": agreements,
+        "rounds_agree": agree(agreements.values()),
+    }

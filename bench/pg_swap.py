@@ -4,7 +4,9 @@
 target holding 1x and 10x as much history outside the range (built from one real week with
 shifted dates and ids, through the adapter's writer). Each round builds a fresh shadow of the
 range (untimed), then times `swap` and `rollback` (each one transaction of DETACH/ATTACH and
-renames), and checks that the rollback restored the range. The two variants alternate.
+renames), and checks that the rollback restored the range (the bench's own checksum: count and
+sum of row hashes). The two variants alternate. Each round waits for quiet and is measured;
+noisy rounds are left out (bench.load).
 
 (ii) Readers: on the 10x target, a reader in another process (bench.pg_reader_child) runs
 short date-filtered queries on the swapped days back to back (a short pause between them) while
@@ -28,16 +30,19 @@ from backfill_assets.example.declaration import ORDERS_SPEC
 from backfill_assets.lib.dates import days
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench.config import PYTHON, REPO_DIR, BenchContext
-from bench.measure import BenchError, goal, median, paired_ratio
+from bench.load import all_noisy, print_noisy, round_load, summary
+from bench.measure import BenchError, goal, median
 from bench.pg_data import (
     PgServer,
     add_history,
     database_of,
     land_sources,
+    range_checksum,
     table_facts,
     vacuum_analyze,
 )
 from bench.pg_reader_child import READY
+from bench.swap_scaling import summarise_swaps
 
 BASE_DB = "bench_swap_base"
 SWAP_GOAL_MS = 100.0
@@ -74,9 +79,10 @@ def build_variants(ctx: BenchContext, pg: PgServer) -> tuple[dict[int, str], dic
     return urls, facts
 
 
-def swap_once(wh: PostgresWarehouse, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, float]:
+def swap_once(url: str, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, float]:
     """Build a shadow for the range (untimed), then time the swap and the rollback."""
-    before = wh.checksums(ORDERS_SPEC, r0, r1)
+    wh = PostgresWarehouse(url)
+    before = range_checksum(url, ORDERS_SPEC.name, r0, r1)
     wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
     wh.replace_partitions(
         ORDERS_SPEC, r0, r1, build=o.ORDERS_DAILY_SQL, shadow=True, plan_id=plan_id
@@ -88,7 +94,7 @@ def swap_once(wh: PostgresWarehouse, r0: dt.date, r1: dt.date, plan_id: str) -> 
     t2 = time.perf_counter()
     if swapped.action != "swapped" or rolled.action != "rolled_back":
         raise BenchError(f"swap/rollback of {plan_id}: {swapped.action}, {rolled.action}")
-    if wh.checksums(ORDERS_SPEC, r0, r1) != before:
+    if range_checksum(url, ORDERS_SPEC.name, r0, r1) != before:
         raise BenchError(f"rollback of {plan_id} did not restore the range's rows")
     return {
         "swap_s": t1 - t0,
@@ -98,21 +104,27 @@ def swap_once(wh: PostgresWarehouse, r0: dt.date, r1: dt.date, plan_id: str) -> 
     }
 
 
-def measure_scaling(ctx: BenchContext, urls: dict[int, str]) -> dict[int, list[dict[str, float]]]:
+def measure_scaling(
+    ctx: BenchContext, urls: dict[int, str]
+) -> tuple[dict[int, list[dict[str, float]]], list[dict[str, Any]]]:
+    """The swap and rollback samples per history factor, and each round's load."""
     r0, r1 = _range(ctx)
     lo, hi = ctx.size.swap_history_factors
     samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
+    rounds: list[dict[str, Any]] = []
     for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
-        for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
-            wh = PostgresWarehouse(urls[factor])
-            s = swap_once(wh, r0, r1, f"pgswap_{factor}x_r{rnd}")
-            samples[factor].append(s)
-            print(
-                f"  postgres swap round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
-                f"rollback {s['rollback_s'] * 1000:.0f} ms",
-                flush=True,
-            )
-    return samples
+        with ctx.load.span() as span:
+            for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
+                s = swap_once(urls[factor], r0, r1, f"pgswap_{factor}x_r{rnd}")
+                samples[factor].append(s)
+                print(
+                    f"  postgres swap round {rnd + 1}: {factor}x swap "
+                    f"{s['swap_s'] * 1000:.0f} ms, rollback {s['rollback_s'] * 1000:.0f} ms",
+                    flush=True,
+                )
+        rounds.append(round_load(rnd, [span]))
+        print_noisy(f"postgres swap round {rnd + 1}", rounds[-1])
+    return samples, rounds
 
 
 # -- (ii) readers during swaps -----------------------------------------------------------------
@@ -177,7 +189,7 @@ def measure_blocked_readers(ctx: BenchContext, url: str) -> dict[str, Any]:
     try:
         if reader.stdout.readline().strip() != READY:
             raise BenchError(f"the reader process did not start; see {log}")
-        busy, ops, inner = _swaps_under_readers(ctx, PostgresWarehouse(url))
+        busy, ops, inner = _swaps_under_readers(ctx, url)
     finally:
         reader.stdin.close()  # the reader's signal to stop and report
         report = reader.stdout.read()
@@ -210,15 +222,16 @@ Spans = list[tuple[float, float]]
 
 
 def _swaps_under_readers(
-    ctx: BenchContext, wh: PostgresWarehouse
+    ctx: BenchContext, url: str
 ) -> tuple[Spans, dict[str, Spans], dict[str, list[float]]]:
     """Rounds of shadow build, quiet, swap, quiet, rollback, quiet; when each ran (monotonic
     spans), and the adapter's own seconds of each swap and rollback."""
     r0, r1 = _range(ctx)
+    wh = PostgresWarehouse(url)
     busy: Spans = []
     ops: dict[str, Spans] = {"swap": [], "rollback": []}
     inner: dict[str, list[float]] = {"swap": [], "rollback": []}
-    before = wh.checksums(ORDERS_SPEC, r0, r1)
+    before = range_checksum(url, ORDERS_SPEC.name, r0, r1)
     for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
         plan_id = f"pgread_r{rnd}"
         b0 = time.monotonic()
@@ -238,7 +251,7 @@ def _swaps_under_readers(
             inner[kind].append(result.seconds)
         time.sleep(QUIET_S)
     b0 = time.monotonic()
-    restored = wh.checksums(ORDERS_SPEC, r0, r1) == before
+    restored = range_checksum(url, ORDERS_SPEC.name, r0, r1) == before
     busy.append((b0, time.monotonic()))
     if not restored:
         raise BenchError("the rollbacks under readers did not restore the range's rows")
@@ -249,35 +262,44 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
     r0, r1 = _range(ctx)
     lo, hi = ctx.size.swap_history_factors
     urls, facts = build_variants(ctx, pg)
-    samples = measure_scaling(ctx, urls)
-    variants = {
-        f"{f}x": {
-            "live_rows": facts[f"{f}x"]["rows"],
-            "live_partitions": facts[f"{f}x"]["partitions"],
-            "n": len(samples[f]),
-            **{k: median([s[k] for s in samples[f]]) for k in samples[f][0]},
-            "swap_s_runs": [s["swap_s"] for s in samples[f]],
-            "rollback_s_runs": [s["rollback_s"] for s in samples[f]],
+    samples, rounds = measure_scaling(ctx, urls)
+    scaling = summarise_swaps(samples, rounds, (lo, hi))
+    for f in (lo, hi):
+        fact = facts[f"{f}x"]
+        scaling["variants"][f"{f}x"] = {
+            "live_rows": fact["rows"],
+            "live_partitions": fact["partitions"],
+            **scaling["variants"][f"{f}x"],
         }
-        for f in (lo, hi)
-    }
-    ratios = {
-        f"{op} {hi}x/{lo}x": paired_ratio(
-            [s[f"{op}_s"] for s in samples[hi]], [s[f"{op}_s"] for s in samples[lo]]
-        )
-        for op in ("swap", "rollback")
-    }
-    blocked = measure_blocked_readers(ctx, urls[hi])
+    # The readers' session is one span: wait for quiet before it, measure the others during it
+    # (the reader process is the bench's own child).
+    with ctx.load.span() as span:
+        blocked = measure_blocked_readers(ctx, urls[hi])
+    session = round_load(0, [span])
+    print_noisy("postgres readers during swaps", session)
     pg.drop(*(database_of(url) for url in urls.values()))  # the disk, for the reader history
     weeks = ctx.size.swap_weeks
-    goals = [goal(f"wall {k}", v, 1.2) for k, v in ratios.items()]
+    variants = scaling["variants"]
+    goals = list(scaling["goals"])
     for op in ("swap", "rollback"):
         worst = max(variants[f"{f}x"][f"{op}_s"] for f in (lo, hi)) * 1000
-        goals.append(goal(f"{op} ms at {weeks} weeks (worse of {lo}x/{hi}x)", worst, SWAP_GOAL_MS))
+        goals.append(
+            goal(
+                f"{op} ms at {weeks} weeks (worse of {lo}x/{hi}x)",
+                worst,
+                SWAP_GOAL_MS,
+                no_verdict=all_noisy(rounds),
+            )
+        )
     goals.append(
-        goal("longest reader wait behind a swap/rollback ms", blocked["longest_wait_ms"],
-             BLOCKED_GOAL_MS)
-    )  # fmt: skip
+        goal(
+            "longest reader wait behind a swap/rollback ms",
+            blocked["longest_wait_ms"],
+            BLOCKED_GOAL_MS,
+            no_verdict=session["noisy"],
+        )
+    )
+    scaling.pop("goals")
     return {
         "swap": {
             "range": {
@@ -286,10 +308,16 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
                 "weeks": weeks,
                 "rows_per_day": ctx.size.pg_swap_rows_per_day,
             },
-            "variants": variants,
-            "ratios": ratios,
+            **scaling,
             "build_s": facts["build_s"],
         },
-        "blocked_readers": {"history": f"{hi}x", **blocked},
+        "blocked_readers": {
+            "history": f"{hi}x",
+            **blocked,
+            "load": summary(
+                [session],
+                "one span: the whole session of swap+rollback rounds under readers",
+            ),
+        },
         "goals": goals,
     }

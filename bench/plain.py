@@ -53,17 +53,28 @@ def replace_range(
     con.execute("COMMIT")
 
 
+# Every row's hash, summed exactly (HUGEINT): order-independent, and a duplicated row adds its
+# hash again. A XOR of row hashes (bit_xor) would cancel an identical pair: a backfill that
+# wrote one row twice in place of another pair would pass the check.
+_HASH_SUM = f"sum(hash({_COLS})::HUGEINT)"
+
+
+def _checksum(row: tuple | None) -> str:
+    assert row is not None
+    return f"{row[0]}:{row[1] or 0:x}"
+
+
 def range_checksum(
     con: duckdb.DuckDBPyConnection, relation: str, start: dt.date, end: dt.date
 ) -> str:
-    """Rows and an order-independent hash of every column over [start, end) of a table or view."""
+    """Rows and the sum of every row's hash (all columns) over [start, end) of a table or view:
+    order-independent, and changed by a duplicated row."""
     row = con.execute(
-        f"SELECT count(*), bit_xor(hash({_COLS})) FROM {quote_ident(relation)} "
+        f"SELECT count(*), {_HASH_SUM} FROM {quote_ident(relation)} "
         f"WHERE {_PC} >= $start AND {_PC} < $end",
         {"start": start, "end": end},
     ).fetchone()
-    assert row is not None
-    return f"{row[0]}:{(row[1] or 0):016x}"
+    return _checksum(row)
 
 
 def build_checksum(
@@ -71,8 +82,7 @@ def build_checksum(
 ) -> str:
     """The checksum a correct backfill of [start, end) must leave: the build's own output."""
     row = con.execute(
-        f"SELECT count(*), bit_xor(hash({_COLS})) FROM ({build_sql}) AS build",
+        f"SELECT count(*), {_HASH_SUM} FROM ({build_sql}) AS build",
         {"start": start, "end": end},
     ).fetchone()
-    assert row is not None
-    return f"{row[0]}:{(row[1] or 0):016x}"
+    return _checksum(row)

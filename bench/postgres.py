@@ -8,7 +8,9 @@
    - d_pg `backfill_assets_pg`: shadow write + gates per ISO week, one DETACH/ATTACH swap;
    - d'_pg `backfill_assets_dagster_pg`: plan, approve, one Dagster run per batch, the swap job,
      with the instance on Dagster's PostgreSQL storage (a copy of a template database too).
-   Each result is checked against the v2 build's rows (count and sum of row hashes).
+   Each result is checked against the v2 build's rows (count and sum of row hashes). Each run
+   waits for quiet and is measured; a round with a noisy run is left out (bench.load). The
+   server's CPU (postmaster and backends) is attributed to the bench.
 2. swap: swap and rollback timed at 1x and 10x history outside the range (bench.pg_swap), and
    readers' waits while swaps and rollbacks run.
 3. readers: five query shapes on the partitioned target vs. a plain table holding the same
@@ -17,7 +19,6 @@
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from typing import Any
@@ -35,6 +36,7 @@ from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench import pg_readers, pg_swap
 from bench.config import BenchContext
 from bench.data import Templates
+from bench.load import note, print_noisy, round_load
 from bench.measure import BenchError, run_contender
 from bench.pg_data import (
     PLAIN_TABLE,
@@ -81,9 +83,16 @@ def run(ctx: BenchContext, _templates: Templates | None = None) -> dict[str, Any
         pg = PgServer(server)
         settings = pg.configure()
         print(f"  postgres: server {settings['server_version']} up", flush=True)
-        backfill = measure_backfill(ctx, pg)
-        swap = pg_swap.run(ctx, pg)
-        readers = pg_readers.run(ctx, pg)
+        # pg_ctl daemonizes the server, so it is not the bench's descendant: its CPU (and its
+        # backends') is the bench's own, not the others'.
+        pid = server.pid()
+        ctx.load.attribute(pid, "postgresql server")
+        try:
+            backfill = measure_backfill(ctx, pg)
+            swap = pg_swap.run(ctx, pg)
+            readers = pg_readers.run(ctx, pg)
+        finally:
+            ctx.load.forget(pid)
     return {
         "server": settings,
         "backfill": backfill,
@@ -149,37 +158,41 @@ def measure_backfill(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
     build_dagster_template(pg)
     print(f"  postgres backfill: template of {facts['rows']:,} rows ready", flush=True)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in CONTENDERS}
-    loads: list[float] = []
+    rounds: list[dict[str, Any]] = []
     for rnd in range(ctx.repeats):
         k = rnd % len(CONTENDERS)
-        loads.append(os.getloadavg()[0])
+        spans: list[dict[str, Any]] = []
         for name, _ in CONTENDERS[k:] + CONTENDERS[:k]:
             url = pg.copy(TEMPLATE_DB, f"bench_{name}_r{rnd}")
             storage = dagster_storage_database(url)
             if name == "backfill_assets_dagster_pg":
                 pg.copy(DAGSTER_TEMPLATE_DB, storage)
-            result = run_contender(name, url, size.start, size.end, logs)
+            # As in safety_overhead: wait for quiet before each run, measure the others during it.
+            with ctx.load.span() as span:
+                result = run_contender(name, url, size.start, size.end, logs)
             relation = PLAIN_TABLE if name == FLOOR else ORDERS_SPEC.name
             got = range_checksum(url, relation, size.start, size.end)
             if got != expected:
                 raise BenchError(
                     f"{name} left {got} in {relation}, expected {expected}: the backfill is wrong"
                 )
-            runs[name].append(result)
+            runs[name].append({**result, "round": rnd, "load": span})
+            spans.append(span)
             print(
                 f"  postgres round {rnd + 1}: {name} {result['wall_s']:.2f}s "
-                f"(imports {result['import_s']:.2f}s)",
+                f"(imports {result['import_s']:.2f}s){note(span)}",
                 flush=True,
             )
             pg.drop(database_of(url), storage)
-    out = summarise(runs, {}, described=CONTENDERS, subjects=SUBJECTS, goals_on=GOALS)
+        rounds.append(round_load(rnd, spans))
+        print_noisy(f"postgres backfill round {rnd + 1}", rounds[-1])
+    out = summarise(runs, {}, rounds, described=CONTENDERS, subjects=SUBJECTS, goals_on=GOALS)
     out["range"] = {
         "start": size.start.isoformat(),
         "end": size.end.isoformat(),
         "days": (size.end - size.start).days,
         **facts,
     }
-    out["loadavg_1min_per_round"] = loads
     out["check"] = (
         "after each contender the range holds exactly the v2 build's rows: count and the sum "
         "of hashtextextended(row::text) (a sum, so a duplicated row changes it)"

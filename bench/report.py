@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import NOT_YET_MEASURED
+from bench.load import NO_VERDICT
 
 PACKAGES = ("duckdb", "dagster", "dbt-core", "dbt-duckdb", "psycopg", "dagster-postgres")
 
@@ -59,9 +60,121 @@ def _table(header: list[str], rows: list[list[str]], right_from: int = 1) -> lis
     ]
 
 
+def _met(g: dict[str, Any]) -> str:
+    if g["met"] is None:
+        return f"_{g.get('verdict', NO_VERDICT)}_"
+    return "met" if g["met"] else "**missed**"
+
+
 def _goals(goals: list[dict[str, Any]]) -> list[str]:
-    rows = [[g["goal"], _f(g["value"], 3), "met" if g["met"] else "**missed**"] for g in goals]
+    rows = [[g["goal"], _f(g["value"], 3), _met(g)] for g in goals]
     return ["", *_table(["goal", "value", ""], rows)]
+
+
+def _agree_word(value: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "cannot tell"}[value]
+
+
+def _banner(r: dict[str, Any]) -> list[str]:
+    """At the top of a part whose every round was noisy: no verdict, in bold."""
+    verdict = (r.get("load") or {}).get("verdict")
+    return [f"**{verdict}**: the figures below decide nothing.", ""] if verdict else []
+
+
+def _part_load(r: dict[str, Any]) -> list[str]:
+    """A part's load: its rounds, which were noisy, the others' CPU in each, and whether the
+    clean rounds agree (each ratio's per-round values and spread)."""
+    load = r.get("load")
+    if not load:
+        return []
+    per_round = ", ".join(
+        f"{x['others_cores_max']:.2f}" + (" (noisy)" if x["noisy"] else "") for x in load["rounds"]
+    )
+    if load["verdict"]:
+        noisy = "all noisy, no verdict"
+    else:
+        noisy = f"{load['noisy']} noisy" + (", left out" if load["noisy"] else "")
+    out = [
+        "",
+        f"Load ({load.get('what', '')}): {load['n']} round(s), {noisy}; others' CPU per round "
+        f"(cores; the busiest run of a round that has several): {per_round}; waited "
+        f"{_f(load['waited_s'], 0)} s for quiet.",
+    ]
+    if load["verdict"]:
+        return out
+    agreements = r.get("agreement") or {}
+    if agreements:
+        out += [
+            "",
+            f"Rounds agree: {_agree_word(r.get('rounds_agree'))} (per-round values over the "
+            "clean rounds; spread = (max - min) / median): "
+            + "; ".join(
+                f"{k} "
+                + ", ".join(_f(v) for v in a["per_round"])
+                + (f" (spread {a['spread']:.0%})" if a["spread"] is not None else "")
+                for k, a in agreements.items()
+            ),
+        ]
+    return out
+
+
+def _run_load(run: dict[str, Any]) -> list[str]:
+    """The load over the whole run: the policy, the noisy rounds, whether rounds agree."""
+    load = run.get("load")
+    if not load:
+        return []
+    pol = load["policy"]
+    limit = f"{pol['others_limit_cores']:g} cores"
+    wait = (
+        f"Before each timed round the bench waited until other processes used at most {limit} "
+        f"over {pol['quiet_window_s']:g} s (giving up after {pol['quiet_wait_max_s']:g} s); it "
+        f"waited {_f(load['waited_s'], 0)} s in all."
+        if pol["quiet_wait"]
+        else "The bench did not wait for quiet before its rounds (--no-quiet-wait)."
+    )
+    rows = [
+        [
+            label,
+            str(p["rounds"]),
+            str(p["noisy"]),
+            _f(p["others_cores_max"]),
+            p["verdict"] or _agree_word(p["rounds_agree"]),
+        ]
+        for label, p in load["parts"].items()
+    ]
+    agreed = load["rounds_agree"]
+    verdicts = []
+    if load["all_noisy"]:
+        verdicts.append(
+            f"**{NO_VERDICT}** in {', '.join(load['all_noisy'])}: do not quote this run there."
+        )
+    if agreed is False:
+        verdicts.append(
+            f"**The rounds do not agree** in {', '.join(load.get('disagree', []))}: do not "
+            "quote this run there; measure again."
+        )
+    elif agreed and not verdicts:
+        verdicts.append("The rounds agree: this run can be quoted.")
+    elif agreed is None and not verdicts:
+        verdicts.append("Whether the rounds agree cannot be told (fewer than two clean rounds).")
+    headline = " ".join(verdicts)
+    return [
+        "",
+        "## Load",
+        "",
+        f"{wait} A round in which other processes used more than {limit} (on average over the "
+        f"round, beyond {pol['tick_slack_s']:g} CPU-s of tick rounding) is noisy: kept in "
+        f"latest.json, left out of the medians and ratios. {load['noisy_rounds']} of "
+        f"{load['rounds']} rounds were noisy; others used at most "
+        f"{_f(load['others_cores_max'])} cores in a round. Rounds agree when each ratio's "
+        f"per-round spread over the clean rounds is at most {pol['agree_spread']:.0%}.",
+        "",
+        headline,
+        "",
+        *_table(
+            ["part", "rounds", "noisy", "others' cores (max)", "rounds agree"], rows, right_from=1
+        ),
+    ]
 
 
 def _safety(r: dict[str, Any]) -> list[str]:
@@ -77,6 +190,7 @@ def _contenders(r: dict[str, Any], floor_name: str, phased: tuple[str, ...]) -> 
         if c["status"] != "measured":
             rows.append([name, c["what"], NOT_YET_MEASURED, "", "", "", ""])
             continue
+        left_out = c.get("n_noisy_left_out", 0)
         rows.append(
             [
                 name,
@@ -85,10 +199,10 @@ def _contenders(r: dict[str, Any], floor_name: str, phased: tuple[str, ...]) -> 
                 _f(c["wall_s"] / floor) if floor else "",
                 _f(c["import_s"]),
                 f"{c['peak_rss_mb']:.0f}",
-                str(c["n"]),
+                str(c["n"]) + (f" (+{left_out} noisy)" if left_out else ""),
             ]
         )
-    out = _table(
+    out = _banner(r) + _table(
         [
             "contender",
             "how",
@@ -117,7 +231,7 @@ def _contenders(r: dict[str, Any], floor_name: str, phased: tuple[str, ...]) -> 
             for k, v in r["ratios"].items()
         ),
     ]
-    return out + _goals(r["goals"])
+    return out + _part_load(r) + _goals(r["goals"])
 
 
 def _swap(r: dict[str, Any]) -> list[str]:
@@ -134,6 +248,7 @@ def _swap(r: dict[str, Any]) -> list[str]:
         for k, v in r["variants"].items()
     ]
     out = [
+        *_banner(r),
         f"Range {rng['start']}..{rng['end']} ({rng['weeks']} weeks x 7 x "
         f"{rng['rows_per_day']:,} rows/day) swapped into a target with 1x and 10x history.",
         "",
@@ -150,12 +265,13 @@ def _swap(r: dict[str, Any]) -> list[str]:
         ),
     ]
     out += ["", "Ratios: " + "; ".join(f"{k} = {_f(v)}" for k, v in r["ratios"].items())]
-    return out + _goals(r["goals"])
+    return out + _part_load(r) + _goals(r["goals"])
 
 
 def _gates(r: dict[str, Any]) -> list[str]:
     c = r["cost"]
     out = [
+        *_banner(r),
         f"Cost over {c['batches_timed']} batches of {c['rows_per_batch']:,} rows: shadow "
         f"write {_f(c['write_s_per_batch'])} s, gates {_f(c['gates_s_per_batch'])} s per "
         f"batch (median share {c['share_median']:.1%}, worst {c['share_max']:.1%}).",
@@ -185,7 +301,7 @@ def _gates(r: dict[str, Any]) -> list[str]:
         ],
         rows,
     )
-    return out + _goals(r["goals"])
+    return out + _part_load(r) + _goals(r["goals"])
 
 
 def _planning(r: dict[str, Any]) -> list[str]:
@@ -202,7 +318,12 @@ def _planning(r: dict[str, Any]) -> list[str]:
         ["whole plan (impact through partition mappings + build) s (median)", _f(r["plan_s"], 3)],
         ["plan / Dagster downstream", _f(r["plan_over_dagster"], 1)],
     ]
-    return [*_table(["planning", ""], rows, right_from=1), "", *_goals(r["goals"])]
+    return [
+        *_banner(r),
+        *_table(["planning", ""], rows, right_from=1),
+        *_part_load(r),
+        *_goals(r["goals"]),
+    ]
 
 
 def _postgres(r: dict[str, Any]) -> list[str]:
@@ -242,6 +363,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         "",
         "### swap and rollback",
         "",
+        *_banner(sw),
         f"Range {srng['start']}..{srng['end']} ({srng['weeks']} weeks x 7 x "
         f"{srng['rows_per_day']:,} rows/day) swapped into a target with 1x and 10x history.",
         "",
@@ -258,6 +380,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         ),
         "",
         "Ratios: " + "; ".join(f"{k} = {_f(v)}" for k, v in sw["ratios"].items()),
+        *_part_load(sw),
     ]
     br = r["blocked_readers"]
     n = br["normal_ms"]
@@ -265,6 +388,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         "",
         "### readers during swaps and rollbacks",
         "",
+        *_banner(br),
         f"{br['queries']:,} one-day queries of the swapped range from another process over "
         f"{br['rounds']} swap+rollback rounds on the {br['history']} target: normal latency "
         f"median {_f(n['median'])} ms, p99 {_f(n['p99'])} ms, max {_f(n['max'])} ms "
@@ -286,6 +410,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         "",
         f"Longest extra wait of a reader behind a swap or rollback: "
         f"{_f(br['longest_wait_ms'], 1)} ms.",
+        *_part_load(br),
     ]
     rq = r["reader_queries"]
     h = rq["history"]
@@ -304,6 +429,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         "",
         "### reader queries: partitioned target vs. plain table",
         "",
+        *_banner(rq),
         f"{h['weeks']} ISO weeks ({h['first_day']}..{h['last_day']}) x "
         f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: {h['partitions']} "
         f"partitions, {h['partitioned_mib']:.0f} MiB; plain table: indexes on "
@@ -316,6 +442,7 @@ def _postgres(r: dict[str, Any]) -> list[str]:
             shape_rows,
             right_from=2,
         ),
+        *_part_load(rq),
     ]
     return out + _goals(r["goals"])
 
@@ -342,6 +469,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{_load(run.get('loadavg_1_5_15_end'))} at end (nproc {m['nproc']}). Sizes: `"
         + ", ".join(f"{k}={v}" for k, v in run["sizes"].items() if k != "name")
         + "`.",
+        *_run_load(run),
     ]
     for name in RENDERERS:
         entry = doc.get(name, {"status": "not run"})

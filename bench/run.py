@@ -1,7 +1,10 @@
 """`python -m bench.run [--size small|default] [--repeats N] [--only NAME] [--out DIR]`
 
 Runs every measure in this one process tree (contenders in child processes), then writes
-`latest.json` and `latest.md` into --out and prints the Markdown. With --only, the other
+`latest.json` and `latest.md` into --out and prints the Markdown. Before each timed round it
+waits for the machine to go quiet (up to --quiet-wait-max seconds; --no-quiet-wait skips that),
+and it leaves out the rounds in which other processes used more than --others-limit cores
+(bench.load). With --only, the other
 measures' entries are kept from the existing latest.json of the same size (each entry says when
 it was measured); ratios never mix runs, since each measure's contenders run side by side.
 """
@@ -23,6 +26,7 @@ from typing import Any
 from bench import gates, planning, postgres, safety_overhead, swap_scaling
 from bench.config import DEFAULT_OUT, NOT_YET_MEASURED, SIZES, BenchContext
 from bench.data import Templates
+from bench.load import OTHERS_LIMIT_CORES, QUIET_WAIT_MAX_S, LoadMonitor, agree
 from bench.measure import rounded
 from bench.report import machine, markdown
 
@@ -57,9 +61,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="scratch folder for DuckDB files (default: a temp dir, removed afterwards)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    ap.add_argument(
+        "--no-quiet-wait",
+        dest="quiet_wait",
+        action="store_false",
+        help="do not wait for the machine to go quiet before each timed round (the smoke test); "
+        "the others' CPU is still measured and noisy rounds still marked and left out",
+    )
+    ap.add_argument(
+        "--others-limit",
+        type=float,
+        default=OTHERS_LIMIT_CORES,
+        metavar="CORES",
+        help="other processes may use at most this many cores before and during a round "
+        "(default %(default)s)",
+    )
+    ap.add_argument(
+        "--quiet-wait-max",
+        type=float,
+        default=QUIET_WAIT_MAX_S,
+        metavar="S",
+        help="give up waiting for quiet after this long; the round runs and is judged by what "
+        "happened in it (default %(default)s)",
+    )
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if args.others_limit <= 0 or args.quiet_wait_max < 0:
+        ap.error("--others-limit must be positive and --quiet-wait-max not negative")
     return args
 
 
@@ -97,6 +126,53 @@ def run_measures(ctx: BenchContext, names: list[str], started_at: str) -> dict[s
     return entries
 
 
+def timed_parts(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, results) of every measured part that records its rounds' load: one per measure,
+    four for `postgres` (its backfill, swap, readers during swaps, reader queries)."""
+    out = []
+    for name in MEASURES:
+        entry = doc.get(name, {})
+        if entry.get("status") != "measured":
+            continue
+        r = entry["results"]
+        if name == "postgres":
+            for part in ("backfill", "swap", "blocked_readers", "reader_queries"):
+                if "load" in r.get(part, {}):
+                    out.append((f"postgres {part}", r[part]))
+        elif "load" in r:
+            out.append((name, r))
+    return out
+
+
+def run_load(doc: dict[str, Any], monitor: LoadMonitor) -> dict[str, Any]:
+    """The load over the whole document: the policy, every part's rounds (how many were noisy),
+    and whether the rounds agree, part by part and overall (None: cannot tell)."""
+    parts = {}
+    for label, r in timed_parts(doc):
+        load = r["load"]
+        parts[label] = {
+            "rounds": load["n"],
+            "noisy": load["noisy"],
+            "verdict": load["verdict"],
+            "others_cores_max": load["others_cores_max"],
+            "waited_s": load["waited_s"],
+            "rounds_agree": r.get("rounds_agree"),
+        }
+    return {
+        "policy": monitor.policy(),
+        "rounds": sum(p["rounds"] for p in parts.values()),
+        "noisy_rounds": sum(p["noisy"] for p in parts.values()),
+        "waited_s": sum(p["waited_s"] for p in parts.values()),
+        "others_cores_max": max((p["others_cores_max"] for p in parts.values()), default=0.0),
+        "all_noisy": [label for label, p in parts.items() if p["verdict"]],
+        "disagree": [label for label, p in parts.items() if p["rounds_agree"] is False],
+        "rounds_agree": agree(
+            {"agree": p["rounds_agree"]} for p in parts.values() if not p["verdict"]
+        ),
+        "parts": parts,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     size = SIZES[args.size]
@@ -107,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     names = [args.only] if args.only else list(MEASURES)
+    monitor = LoadMonitor(
+        wait=args.quiet_wait, limit_cores=args.others_limit, max_wait_s=args.quiet_wait_max
+    )
     try:
-        entries = run_measures(BenchContext(size, args.repeats, workdir), names, started_at)
+        entries = run_measures(
+            BenchContext(size, args.repeats, workdir, monitor), names, started_at
+        )
     finally:
         if not args.keep and args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -132,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     doc.update(entries)
     for name in MEASURES:
         doc.setdefault(name, {"status": "not run"})
+    doc["run"]["load"] = run_load(doc, monitor)
     doc = rounded(doc)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latest.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -2,8 +2,10 @@
 
 Each round copies the templates afresh and runs every contender once, each in a fresh
 subprocess; the order rotates from round to round so no contender always runs first (cold page
-cache) or last. Every result is checked against the v2 build's checksum before it counts: a fast
-wrong backfill is not a result.
+cache) or last. Each run waits for the machine to go quiet first and is measured for the others'
+CPU; a round with a noisy run is left out of the medians and ratios (bench.load). Every result
+is checked against the v2 build's checksum (count and sum of row hashes, so a duplicated row
+shows) before it counts: a fast wrong backfill is not a result.
 """
 
 from __future__ import annotations
@@ -15,7 +17,18 @@ import duckdb
 from bench import plain
 from bench.config import NOT_YET_MEASURED, BenchContext
 from bench.data import Templates, fresh_copy, remove_db
-from bench.measure import BenchError, goal, median, paired_ratio, run_contender
+from bench.load import (
+    agree,
+    agreement,
+    all_noisy,
+    clean_values,
+    kept,
+    note,
+    print_noisy,
+    round_load,
+    summary,
+)
+from bench.measure import BenchError, goal, median, run_contender
 
 # (name, uses backfill_assets' weekly layout, what it is)
 CONTENDERS: list[tuple[str, bool, str]] = [
@@ -50,42 +63,55 @@ def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     logs.mkdir(exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in CONTENDERS}
     skipped: dict[str, str] = {}
+    rounds: list[dict[str, Any]] = []
     for rnd in range(ctx.repeats):
         order = CONTENDERS[rnd % len(CONTENDERS) :] + CONTENDERS[: rnd % len(CONTENDERS)]
+        spans: list[dict[str, Any]] = []
         for name, weekly, _ in order:
             if name in skipped:
                 continue
             db = fresh_copy(
                 templates.weekly if weekly else templates.plain, ctx.workdir / f"so_{name}.duckdb"
             )
-            result = run_contender(name, db, size.start, size.end, logs)
+            # Each contender run is timed on its own: wait for quiet before each, and measure
+            # the others' CPU during each; the round is noisy if any of its runs was.
+            with ctx.load.span() as span:
+                result = run_contender(name, db, size.start, size.end, logs)
             if result["status"] == "not_implemented":
                 skipped[name] = result["reason"]
             else:
                 _check(db, name, templates)
-                runs[name].append(result)
+                runs[name].append({**result, "round": rnd, "load": span})
+                spans.append(span)
                 print(
                     f"  safety_overhead round {rnd + 1}: {name} {result['wall_s']:.2f}s "
-                    f"{result['peak_rss_mb']:.0f} MiB",
+                    f"{result['peak_rss_mb']:.0f} MiB{note(span)}",
                     flush=True,
                 )
             remove_db(db)
-    return summarise(runs, skipped)
+        rounds.append(round_load(rnd, spans))
+        print_noisy(f"safety_overhead round {rnd + 1}", rounds[-1])
+    return summarise(runs, skipped, rounds)
 
 
 def summarise(
     runs: dict[str, list[dict[str, Any]]],
     skipped: dict[str, str],
+    rounds: list[dict[str, Any]],
     *,
     described: list[tuple[str, str]] | None = None,
     subjects: tuple[str, ...] = SUBJECTS,
     goals_on: list[tuple[str, str, float]] = GOALS,
 ) -> dict[str, Any]:
     """Medians per contender (name, what it is), and the paired ratios of each subject to each
-    denominator of `goals_on` with their goals. Defaults: this measure's contenders and goals
-    (the `postgres` measure passes its own)."""
+    denominator of `goals_on` with their goals, over the clean rounds only (every run has a
+    `round`; `rounds` says which were noisy). When every round was noisy, the figures use them
+    all and the goals get no verdict. Defaults: this measure's contenders and goals (the
+    `postgres` measure passes its own)."""
     if described is None:
         described = [(name, what) for name, _, what in CONTENDERS]
+    use = set(kept(rounds))
+    no_verdict = all_noisy(rounds)
     contenders: dict[str, Any] = {}
     for name, what in described:
         if name in skipped or not runs[name]:
@@ -95,38 +121,62 @@ def summarise(
                 "reason": skipped.get(name, ""),
             }
             continue
-        rs = runs[name]
+        every = runs[name]
+        rs = [r for r in every if r["round"] in use]
         contenders[name] = {
             "status": "measured",
             "what": what,
             "n": len(rs),
+            "n_noisy_left_out": len(every) - len(rs),
             "wall_s": median([r["wall_s"] for r in rs]),
             "import_s": median([r["import_s"] for r in rs]),
             "process_s": median([r["process_s"] for r in rs]),
             "peak_rss_mb": median([r["peak_rss_mb"] for r in rs]),
-            "wall_s_runs": [r["wall_s"] for r in rs],
+            # Every run, noisy ones too, in round order, with the others' CPU during it.
+            "wall_s_runs": [r["wall_s"] for r in every],
+            "others_cores_runs": [r["load"]["others_cores"] for r in every],
+            "noisy_runs": [r["load"]["noisy"] for r in every],
             "extra": rs[-1]["extra"],
         }
         phases = [r["extra"].get("phases") for r in rs if r["extra"].get("phases")]
         if phases:
             contenders[name]["phases_s"] = {k: median([p[k] for p in phases]) for k in phases[0]}
-    ratios, goals = {}, []
+    ratios, goals, agreements = {}, [], {}
     for subject_name in subjects:
-        subject = [r["wall_s"] for r in runs[subject_name]]
+        subject = {r["round"]: r["wall_s"] for r in runs[subject_name]}
         for den, op, limit in goals_on:
-            other = [r["wall_s"] for r in runs[den]]
-            if not subject or len(other) != len(subject):
+            other = {r["round"]: r["wall_s"] for r in runs[den]}
+            both = sorted(set(subject) & set(other))
+            used = [i for i in both if i in use]
+            if not used:
                 continue
+            per_round = {i: subject[i] / other[i] for i in both}
             key = f"{subject_name}/{den}"
             ratios[key] = {
-                "paired_median": paired_ratio(subject, other),
-                "of_medians": median(subject) / median(other),
+                "paired_median": median([per_round[i] for i in used]),
+                "of_medians": median([subject[i] for i in used]) / median([other[i] for i in used]),
+                "per_round": [per_round[i] for i in both],
             }
-            goals.append(goal(f"wall {key}", ratios[key]["paired_median"], limit, op=op))
+            agreements[key] = agreement(clean_values(per_round, rounds))
+            goals.append(
+                goal(
+                    f"wall {key}",
+                    ratios[key]["paired_median"],
+                    limit,
+                    op=op,
+                    no_verdict=no_verdict,
+                )
+            )
     return {
         "contenders": contenders,
         "ratios": ratios,
         "goals": goals,
+        "load": summary(
+            rounds, "a round runs each contender once; each run is measured on its own"
+        ),
+        "agreement": agreements,
+        "rounds_agree": agree(agreements.values()),
         "note": "wall_s is measured in the contender's own process from before its imports "
-        "to the end (imports included); ratios are medians of per-round ratios",
+        "to the end (imports included); ratios are medians of per-round ratios over the clean "
+        "rounds (noisy rounds are kept in *_runs and per_round, and left out)",
     }

@@ -5,6 +5,10 @@ history OUTSIDE the range (1x: history as big as the range; 10x: ten times that)
 swap both should cost the same; a copy-based swap would too (it scales with the range), but a
 swap that scans or rewrites the table would not. The two variants alternate within each round.
 
+Each round waits for the machine to go quiet and is measured for the others' CPU; noisy rounds
+are left out of the medians and ratios (bench.load). The rollback is checked by the bench's own
+row checksum (count and sum of row hashes through the target's view), not the adapter's.
+
 History is built fast: one week of real v1 rows is copied with shifted dates and ids
 (INSERT…SELECT through the adapter's own partition writer), so only the range needs raw data.
 """
@@ -16,14 +20,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import duckdb
+
 from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS_SPEC
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_BUILD
 from backfill_assets.lib.dates import days
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from bench import plain
 from bench.config import BenchContext
 from bench.data import checkpoint, fresh_copy, load_sources
-from bench.measure import BenchError, goal, median, paired_ratio
+from bench.load import (
+    agree,
+    agreement,
+    all_noisy,
+    clean_values,
+    kept,
+    print_noisy,
+    round_load,
+    summary,
+)
+from bench.measure import BenchError, goal, median
 
 SEED_TABLE = "bench_seed_week"
 # Weeks of history written per transaction while building (keeps each transaction modest).
@@ -83,10 +100,17 @@ def _table_facts(path: Path) -> dict[str, int]:
     return {"live_rows": int(rows), "live_week_tables": wh.live_week_count(ORDERS_SPEC)}
 
 
+def range_checksum(path: Path, r0: dt.date, r1: dt.date) -> str:
+    """The live range's rows (count and sum of row hashes, so a duplicated row shows), read
+    through the target's view by the bench itself, not by the adapter under test."""
+    with duckdb.connect(str(path), read_only=True) as con:
+        return plain.range_checksum(con, ORDERS_SPEC.name, r0, r1)
+
+
 def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, float]:
     """Build a shadow for the range (untimed), then time the swap and the rollback."""
     wh = DuckDBWarehouse(path)
-    before = wh.checksums(ORDERS_SPEC, r0, r1)
+    before = range_checksum(path, r0, r1)
     wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
     wh.replace_partitions(ORDERS_SPEC, r0, r1, build=ORDERS_BUILD, shadow=True, plan_id=plan_id)
     t0 = time.perf_counter()
@@ -96,7 +120,7 @@ def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, f
     t2 = time.perf_counter()
     if swapped.action != "swapped" or rolled.action != "rolled_back":
         raise BenchError(f"swap/rollback of {plan_id}: {swapped.action}, {rolled.action}")
-    if wh.checksums(ORDERS_SPEC, r0, r1) != before:
+    if range_checksum(path, r0, r1) != before:
         raise BenchError(f"rollback of {plan_id} did not restore the range's rows")
     return {
         "swap_s": t1 - t0,
@@ -119,33 +143,22 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         facts[factor] = _table_facts(paths[factor])
     build_s = time.perf_counter() - t0
     samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
+    rounds: list[dict[str, Any]] = []
     for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
-        for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
-            s = swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}")
-            samples[factor].append(s)
-            print(
-                f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
-                f"rollback {s['rollback_s'] * 1000:.0f} ms",
-                flush=True,
-            )
-    variants = {
-        f"{f}x": {
-            **facts[f],
-            "n": len(samples[f]),
-            **{k: median([s[k] for s in samples[f]]) for k in samples[f][0]},
-            "swap_s_runs": [s["swap_s"] for s in samples[f]],
-            "rollback_s_runs": [s["rollback_s"] for s in samples[f]],
-        }
-        for f in (lo, hi)
-    }
-    ratios = {
-        f"swap {hi}x/{lo}x": paired_ratio(
-            [s["swap_s"] for s in samples[hi]], [s["swap_s"] for s in samples[lo]]
-        ),
-        f"rollback {hi}x/{lo}x": paired_ratio(
-            [s["rollback_s"] for s in samples[hi]], [s["rollback_s"] for s in samples[lo]]
-        ),
-    }
+        with ctx.load.span() as span:
+            for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
+                s = swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}")
+                samples[factor].append(s)
+                print(
+                    f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} "
+                    f"ms, rollback {s['rollback_s'] * 1000:.0f} ms",
+                    flush=True,
+                )
+        rounds.append(round_load(rnd, [span]))
+        print_noisy(f"swap_scaling round {rnd + 1}", rounds[-1])
+    out = summarise_swaps(samples, rounds, (lo, hi))
+    for f in (lo, hi):
+        out["variants"][f"{f}x"] = {**facts[f], **out["variants"][f"{f}x"]}
     return {
         "range": {
             "start": r0.isoformat(),
@@ -153,8 +166,45 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             "weeks": ctx.size.swap_weeks,
             "rows_per_day": ctx.size.swap_rows_per_day,
         },
+        **out,
+        "build_s": build_s,
+    }
+
+
+def summarise_swaps(
+    samples: dict[int, list[dict[str, float]]],
+    rounds: list[dict[str, Any]],
+    factors: tuple[int, int],
+) -> dict[str, Any]:
+    """Medians per history factor and the paired hi/lo ratios of swap and rollback, over the
+    clean rounds (sample i of each factor ran in round i); their goals; the rounds' load and
+    agreement. Shared with the `postgres` measure's swap part."""
+    lo, hi = factors
+    use = kept(rounds)
+    no_verdict = all_noisy(rounds)
+    variants = {
+        f"{f}x": {
+            "n": len(use),
+            **{k: median([samples[f][i][k] for i in use]) for k in samples[f][0]},
+            "swap_s_runs": [s["swap_s"] for s in samples[f]],
+            "rollback_s_runs": [s["rollback_s"] for s in samples[f]],
+            "noisy_runs": [r["noisy"] for r in rounds],
+        }
+        for f in (lo, hi)
+    }
+    ratios, agreements = {}, {}
+    for op in ("swap", "rollback"):
+        key = f"{op} {hi}x/{lo}x"
+        per_round = {
+            i: samples[hi][i][f"{op}_s"] / samples[lo][i][f"{op}_s"] for i in range(len(rounds))
+        }
+        ratios[key] = median([per_round[i] for i in use])
+        agreements[key] = agreement(clean_values(per_round, rounds))
+    return {
         "variants": variants,
         "ratios": ratios,
-        "goals": [goal(f"wall {k}", v, 1.2) for k, v in ratios.items()],
-        "build_s": build_s,
+        "goals": [goal(f"wall {k}", v, 1.2, no_verdict=no_verdict) for k, v in ratios.items()],
+        "load": summary(rounds, "measured per round (both variants' swaps and rollbacks)"),
+        "agreement": agreements,
+        "rounds_agree": agree(agreements.values()),
     }

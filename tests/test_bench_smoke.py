@@ -1,16 +1,26 @@
 """The bench harness runs end to end at its smallest size and reports every measure.
 
 No timing is asserted: on a shared 2-core machine timings are the bench's output, not a test's.
+Nor is the machine's quiet: the smoke run skips the wait for quiet (`--no-quiet-wait`), and the
+test checks only that the load was recorded and every round judged noisy or not.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pytest
+
+from bench import plain
+from bench.contender_backfill_assets import instance_yaml
+from bench.load import NO_VERDICT, agreement, all_noisy, kept
+from bench.measure import goal
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning", "postgres")
@@ -37,6 +47,7 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
             "1",
             "--out",
             str(tmp_path),
+            "--no-quiet-wait",
         ],
         cwd=REPO,
         capture_output=True,
@@ -64,9 +75,66 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         assert contenders[name]["status"] == "measured"
     assert_postgres_entries(doc["postgres"]["results"])
     assert doc["machine"]["nproc"] >= 1
+    assert_load_recorded(doc)
+    # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
+    home = contenders["backfill_assets_dagster"]["extra"]["dagster_home"]
+    assert "bench_dagster_home_" in home
+    assert not Path(home).exists(), f"{home} was left behind"
     md = (tmp_path / "latest.md").read_text()
     assert md.startswith("# backfill_assets bench")
     assert "### reader queries: partitioned target vs. plain table" in md
+    assert "## Load" in md
+    assert "rounds agree" in md.lower()
+
+
+TIMED_PARTS = (
+    ("safety_overhead",),
+    ("swap_scaling",),
+    ("gates",),
+    ("planning",),
+    ("postgres", "backfill"),
+    ("postgres", "swap"),
+    ("postgres", "blocked_readers"),
+    ("postgres", "reader_queries"),
+)
+
+
+def assert_load_recorded(doc: dict[str, Any]) -> None:
+    """The load around the run and in every timed round is in latest.json: the load average,
+    the others' CPU per round, which rounds were noisy, whether the rounds agree. Never whether
+    the machine was quiet."""
+    run = doc["run"]
+    assert len(run["loadavg_1_5_15_start"]) == 3
+    assert len(run["loadavg_1_5_15_end"]) == 3
+    load = run["load"]
+    assert load["policy"]["quiet_wait"] is False
+    assert load["policy"]["others_limit_cores"] > 0
+    assert load["rounds_agree"] in (True, False, None)
+    assert set(load["parts"]) == {" ".join(part) for part in TIMED_PARTS}
+    assert load["rounds"] == sum(p["rounds"] for p in load["parts"].values())
+    for part in TIMED_PARTS:
+        r = doc[part[0]]["results"]
+        for key in part[1:]:
+            r = r[key]
+        rounds = r["load"]["rounds"]
+        assert rounds, f"{part}: no rounds recorded"
+        for rnd in rounds:
+            assert isinstance(rnd["noisy"], bool)
+            assert rnd["others_cores"] >= 0
+            assert rnd["others_cpu_s"] >= 0
+            assert len(rnd["loadavg_1min"]) == 2
+        assert r["load"]["noisy"] == sum(rnd["noisy"] for rnd in rounds)
+        assert r["load"]["verdict"] in ("", NO_VERDICT)
+        if part != ("postgres", "blocked_readers"):
+            assert "rounds_agree" in r, part
+    contenders = doc["safety_overhead"]["results"]["contenders"]
+    for c in contenders.values():
+        assert len(c["others_cores_runs"]) == len(c["noisy_runs"]) == len(c["wall_s_runs"])
+    for name in ("safety_overhead", "swap_scaling", "gates", "planning", "postgres"):
+        for g in doc[name]["results"]["goals"]:
+            assert g["met"] in (True, False, None), g
+            if g["met"] is None:
+                assert g["verdict"] == NO_VERDICT
 
 
 def assert_postgres_entries(pg: dict) -> None:
@@ -91,3 +159,58 @@ def assert_postgres_entries(pg: dict) -> None:
     goal_names = " ".join(g["goal"] for g in pg["goals"])
     for part in ("backfill_assets_pg/floor_pg", "swap 10x/1x", "reader wait", "one_day_count"):
         assert part in goal_names, part
+
+
+def test_row_checksum_tells_apart_tables_whose_duplicated_pairs_differ() -> None:
+    # The row check used count + XOR of row hashes: an identical pair cancels in a XOR, so a
+    # table with a different duplicated pair (same count, same XOR) passed as the right rows.
+    con = duckdb.connect()
+    plain.create_table(con)
+    plain.create_table(con, "wrong")
+    day = dt.date(2025, 1, 6)
+    columns = ", ".join(plain.COLUMN_NAMES)
+    con.execute("CREATE TABLE seed AS SELECT * FROM (VALUES (1), (2), (3), (3), (4), (4)) AS t(n)")
+    for table, keep in ((plain.TABLE, "n <> 4"), ("wrong", "n <> 3")):
+        con.execute(
+            f"INSERT INTO {table} ({columns}) SELECT n, $d::DATE, $d::TIMESTAMP, n, 'DE', 'EUR', "
+            f"n, 0, 0, n, 1, n, 'placed', false FROM seed WHERE {keep}",
+            {"d": day},
+        )
+    end = day + dt.timedelta(days=1)
+    xor = "SELECT count(*), bit_xor(hash({})) FROM {}"
+    assert con.execute(xor.format(columns, plain.TABLE)).fetchall() == (
+        con.execute(xor.format(columns, "wrong")).fetchall()
+    ), "the two tables must fool count + XOR, or this test shows nothing"
+    assert plain.range_checksum(con, plain.TABLE, day, end) != plain.range_checksum(
+        con, "wrong", day, end
+    )
+
+
+def test_noisy_rounds_are_left_out_and_all_noisy_rounds_give_no_verdict() -> None:
+    rounds = [
+        {"round": 0, "noisy": False},
+        {"round": 1, "noisy": True},
+        {"round": 2, "noisy": False},
+    ]
+    assert kept(rounds) == [0, 2]
+    assert not all_noisy(rounds)
+    every = [{**r, "noisy": True} for r in rounds]
+    assert kept(every) == [0, 1, 2]  # figures still shown...
+    assert all_noisy(every)  # ...but they decide nothing
+    judged = goal("wall a/b", 1.1, 1.5, no_verdict=True)
+    assert judged["met"] is None and judged["verdict"] == NO_VERDICT
+
+
+def test_rounds_agree_only_when_the_per_round_ratios_are_close() -> None:
+    assert agreement([1.10, 1.12, 1.15])["agree"] is True
+    assert agreement([0.85, 1.16, 1.29])["agree"] is False  # a loaded machine's rounds
+    assert agreement([1.1])["agree"] is None  # one round cannot agree or disagree
+
+
+def test_the_dagster_contenders_run_on_the_shipped_instance_config() -> None:
+    shipped = (REPO / "dagster_home" / "dagster.yaml").read_text()
+    assert instance_yaml(None) == shipped
+    assert "backfill_assets/writer" in shipped
+    with_storage = instance_yaml("postgresql+psycopg2://u@h/db")
+    assert with_storage.startswith(shipped)
+    assert "postgres_url: postgresql+psycopg2://u@h/db" in with_storage
