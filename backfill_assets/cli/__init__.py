@@ -108,6 +108,21 @@ def _runs_output_to_log() -> Iterator[Path]:
         yield log
 
 
+def _say_waiting(stream: Any = None) -> Any:
+    """An on_wait callback: say on stderr (at once, then every 30 s) who holds the table."""
+    err = stream if stream is not None else sys.stderr
+
+    def say(w: Any) -> None:
+        print(
+            f"waiting for the writer of {w.table}: held by {w.holder.describe()} "
+            f"({w.waited_s:.0f} s so far; Ctrl-C stops waiting)",
+            file=err,
+            flush=True,
+        )
+
+    return say
+
+
 def read_input_file(path: str, what: str) -> bytes:
     """The bytes of a user's input file, refused clearly when missing, a folder, or huge."""
     p = Path(path)
@@ -215,48 +230,91 @@ def cmd_approve(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bar(done: int, total: int, width: int = 24) -> str:
-    filled = round(width * done / total) if total else width
-    return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
-
-
 def cmd_run(a: argparse.Namespace) -> int:
-    from backfill_assets.service.executor import execute_plan
+    from backfill_assets.cli.output import BatchRun, GateFailureOut, RunOut, dump
+    from backfill_assets.cli.progress import PlanProgress
+    from backfill_assets.service.executor import BatchReport, execute_plan
+    from backfill_assets.service.plans import load_plan
 
     c = _context(a)
     plan_id = _plan_id_arg(a.plan)
-    done = 0
-    err = sys.stderr
+    plan, _ = load_plan(c.instance, plan_id)
+    reports: list[BatchReport] = []
+    shown = PlanProgress(plan, sys.stderr)
+    waiting = _say_waiting()
 
-    def progress(report: Any, total: int) -> None:
-        nonlocal done
-        done += 1
-        print(
-            f"{_bar(done, total)} batch {report.index} {report.start}..{report.end}: "
-            f"{report.status}" + (f" in {report.seconds:.1f}s" if report.seconds else ""),
-            file=err,
-            flush=True,
+    def progress(event: Any) -> None:
+        if event.report is not None:
+            reports.append(event.report)
+        shown(event)
+
+    def output(outcome: str) -> str:
+        next_ = {
+            "done": f"backfill-assets swap {plan_id}",
+            "partial": f"backfill-assets run {plan_id}",
+            "halted": f"fix the cause, then backfill-assets run {plan_id}",
+        }[outcome]
+        return dump(
+            RunOut(
+                plan_id=plan_id,
+                target=plan.target,
+                outcome=outcome,  # type: ignore[arg-type]
+                batches_total=len(plan.batches),
+                batches=[
+                    BatchRun(
+                        index=r.index,
+                        start=r.start.isoformat(),
+                        end=r.end.isoformat(),
+                        status="skipped" if r.status.startswith("skipped") else r.status,  # type: ignore[arg-type]
+                        run_id=r.run_id,
+                        seconds=round(r.seconds, 3),
+                        failures=[
+                            GateFailureOut(
+                                partition=f.partition, gate=f.gate, description=f.description
+                            )
+                            for f in r.failures
+                        ],
+                    )
+                    for r in reports
+                ],
+                next=next_,
+            )
         )
 
-    with _runs_output_to_log():
-        reports = execute_plan(
-            c.defs,
-            c.instance,
-            c.wh,
-            c.tables,
-            plan_id,
-            clock=_now,
-            ignore_window=a.ignore_window,
-            progress=progress,
-            max_batches=a.batches,
-            log_level=QUIET,
-            wait_s=c.wait_s,
-        )
+    try:
+        with shown, _runs_output_to_log():
+            execute_plan(
+                c.defs,
+                c.instance,
+                c.wh,
+                c.tables,
+                plan_id,
+                clock=_now,
+                ignore_window=a.ignore_window,
+                progress=progress,
+                max_batches=a.batches,
+                log_level=QUIET,
+                wait_s=c.wait_s,
+                on_wait=waiting,
+            )
+    except GateFailed:
+        if a.format == "json":
+            print(output("halted"))
+        raise
     ran = sum(r.status == "passed" for r in reports)
+    outcome = "done" if len(reports) == len(plan.batches) else "partial"
+    if a.format == "json":
+        print(output(outcome))
+        return EXIT_OK
+    skipped = sum(r.status.startswith("skipped") for r in reports)
+    left = len(plan.batches) - len(reports)
     print(
-        f"plan {plan_id}: {ran} batches ran and passed, "
-        f"{sum(r.status.startswith('skipped') for r in reports)} already passed. "
-        f"Next: backfill-assets swap {plan_id}"
+        f"plan {plan_id}: {ran} batches ran and passed, {skipped} already passed"
+        + (
+            f", {left} left. Next: backfill-assets run {plan_id}"
+            if left
+            else f". Next: backfill-assets swap {plan_id}"
+        )
     )
     return EXIT_OK
 
@@ -278,21 +336,17 @@ def cmd_pause(a: argparse.Namespace) -> int:
 
 
 def cmd_status(a: argparse.Namespace) -> int:
-    import json
-
+    from backfill_assets.cli.output import StatusOut, dump
     from backfill_assets.service.status import plan_status, render_status
 
     c = _context(a)
     status = plan_status(c.instance, c.tables, c.wh, _plan_id_arg(a.plan))
-    print(
-        json.dumps(status, indent=2, default=str) if a.format == "json" else render_status(status)
-    )
+    print(dump(StatusOut(**status)) if a.format == "json" else render_status(status))
     return EXIT_OK
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    import json
-
+    from backfill_assets.cli.output import PlanEntry, PlanList, dump
     from backfill_assets.service.plans import plan_statuses
 
     c = _context(a)
@@ -302,7 +356,7 @@ def cmd_list(a: argparse.Namespace) -> int:
         if a.target is None or target == a.target
     ]
     if a.format == "json":
-        print(json.dumps(rows, indent=2))
+        print(dump(PlanList([PlanEntry(**r) for r in rows])))
     elif not rows:
         print("no plans in this instance")
     else:
@@ -345,6 +399,7 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
             )
         )
     job = swap_job(plan.target) if kind == "swap" else rollback_job(plan.target)
+    waiting = _say_waiting()
     with _runs_output_to_log() as log:
         result = run_as_writer(
             c.defs,
@@ -355,6 +410,7 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
             role=kind,
             plan_id=plan_id,
             wait_s=c.wait_s,
+            on_wait=waiting,
             raise_on_error=False,
             log_level=QUIET,
             run_config=swap_run_config(plan.target, kind, plan_id),
@@ -362,26 +418,61 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
     if not result.success:
         error = run_error(result)
         raise BackfillError(error[1] if error else f"{kind} failed; see {log}")
+    from backfill_assets.cli.output import Refreshed, SwapOut, dump
+
     mats = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
-    print(
-        f"{kind} of plan {plan_id}: {len(mats)} partitions of {plan.target} "
-        f"(run {result.run_id[:8]})"
-    )
-    if a.no_refresh:
-        stale = ", ".join(i.asset_key for i in plan.impact)
-        print(
-            f"downstream NOT refreshed (--no-refresh): {stale} are stale for "
-            f"{plan.start}..{plan.end}"
+    impacted = [i.asset_key for i in plan.impact]
+
+    def output(refresh: str, refreshed: list[Any], stale: list[str]) -> str:
+        return dump(
+            SwapOut(
+                command=kind,  # type: ignore[arg-type]
+                plan_id=plan_id,
+                target=plan.target,
+                range=f"{plan.start}..{plan.end}",
+                partitions=len(mats),
+                run_id=result.run_id,
+                refresh=refresh,  # type: ignore[arg-type]
+                refreshed=[
+                    Refreshed(
+                        assets=list(req.asset_keys),
+                        start=str(req.start) if req.start else None,
+                        end=str(req.end) if req.end else None,
+                        ok=ok,
+                    )
+                    for req, ok in refreshed
+                ],
+                stale=stale,
+            )
         )
+
+    text = a.format != "json"
+    if text:
+        print(
+            f"{kind} of plan {plan_id}: {len(mats)} partitions of {plan.target} "
+            f"(run {result.run_id[:8]})"
+        )
+    if a.no_refresh:
+        if text:
+            print(
+                f"downstream NOT refreshed (--no-refresh): {', '.join(impacted)} are stale for "
+                f"{plan.start}..{plan.end}"
+            )
+        else:
+            print(output("skipped", [], impacted))
         return EXIT_OK
     with _runs_output_to_log():
         refreshed = refresh_downstream(
             c.defs, c.instance, c.wh, table, plan, wait_s=c.wait_s, log_level=QUIET
         )
-    for req, ok in refreshed:
-        rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
-        print(f"  refreshed {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
-    if all(ok for _, ok in refreshed):
+    failed = [key for req, ok in refreshed if not ok for key in req.asset_keys]
+    if text:
+        for req, ok in refreshed:
+            rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
+            print(f"  refreshed {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
+    else:
+        print(output("failed" if failed else "done", refreshed, failed))
+    if not failed:
         return EXIT_OK
     print(
         f"{kind} done, but the downstream refresh failed: the marts above marked FAILED are stale "
@@ -407,7 +498,7 @@ def cmd_release(a: argparse.Namespace) -> int:
     plan_id = _plan_id_arg(a.plan)
     holder = holder_for_command("release", plan_id)
     target = _target_of(c, plan_id)
-    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s):
+    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s, on_wait=_say_waiting()):
         plan, n = release_backup(c.instance, c.tables, c.wh, plan_id)
     print(
         f"released the backup of plan {plan_id}: {n} week tables dropped; it can no longer "
@@ -424,7 +515,7 @@ def cmd_abandon(a: argparse.Namespace) -> int:
     plan_id = _plan_id_arg(a.plan)
     holder = holder_for_command("abandon", plan_id)
     target = _target_of(c, plan_id)
-    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s):
+    with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s, on_wait=_say_waiting()):
         target, n = abandon_plan(c.instance, c.tables, c.wh, plan_id)
     print(
         f"abandoned plan {plan_id}: {n} shadow week tables dropped; {target} is free for a new plan"
@@ -501,7 +592,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--window", help="idle window HH:MM-HH:MM (may cross midnight)")
     s.add_argument("--timezone", help="window timezone (default: the partitions' timezone)")
     s.add_argument(
-        "--rollback", help="rollback strategy; the only one: backup (the swap keeps a backup)"
+        "--rollback",
+        choices=["backup"],
+        help="rollback strategy (required): backup, the swap keeps the replaced rows",
     )
     s.add_argument("--criteria", help="YAML file overriding the declared criteria")
     s.add_argument("--format", choices=["json", "markdown"], default="json")
@@ -522,6 +615,12 @@ def build_parser() -> argparse.ArgumentParser:
         "daily run: that is still refused)",
     )
     s.add_argument("--batches", type=int, help="run at most this many batches now")
+    s.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="json: print the outcome as JSON on stdout (progress stays on stderr)",
+    )
 
     for name, fn, text in (
         ("start", cmd_start, "let the daemon's batch driver run an approved plan in its window"),
@@ -552,6 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="do not rebuild the impacted downstream assets; flag them instead",
         )
+        s.add_argument("--format", choices=["text", "json"], default="text")
 
     s = command("release", "drop a swapped plan's backup (no rollback after this)", cmd_release)
     s.add_argument("plan", help="plan id or plan file")

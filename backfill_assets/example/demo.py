@@ -267,10 +267,13 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         say(f"[approve] {plan.plan_id} approved")
         return plan
 
-    def progress(report: Any, total: int) -> None:
+    def progress(event: Any) -> None:
+        if event.report is None:  # the demo prints batches, not each partition
+            return
+        report = event.report
         say(
-            f"  batch {report.index:>2}/{total} {report.start}..{report.end}: {report.status}"
-            + (f" ({report.seconds:.1f}s)" if report.seconds else "")
+            f"  batch {report.index:>2}/{event.total_batches} {report.start}..{report.end}: "
+            f"{report.status}" + (f" ({report.seconds:.1f}s)" if report.seconds else "")
         )
 
     def run(plan: Any) -> None:

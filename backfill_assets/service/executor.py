@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import dagster as dg
@@ -49,8 +49,9 @@ from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import refuse_if_daily_in_progress
-from backfill_assets.service.lease import reap_dead_local_runs
+from backfill_assets.service.lease import Waiting, reap_dead_local_runs
 from backfill_assets.service.plans import DRIVING, latest_plan_record, load_plan
+from backfill_assets.service.progress import ProgressCallback, RunWatcher, report_event
 from backfill_assets.service.runs import run_as_writer
 from backfill_assets.service.tables import table_for
 
@@ -165,17 +166,27 @@ def execute_plan(
     *,
     clock: Callable[[], dt.datetime],
     ignore_window: bool = False,
-    progress: Callable[[BatchReport, int], None] | None = None,
+    progress: ProgressCallback | None = None,
     max_batches: int | None = None,
     log_level: str | None = None,
     wait_s: float = 30.0,
+    on_wait: Callable[[Waiting], None] | None = None,
 ) -> list[BatchReport]:
     """Run the plan's remaining batches in order; raise GateFailed when one fails (halted).
 
     `clock` is the time source (tests pass a fixed one). Outside the plan's window, while a
     daily run of the target is queued or running, or while another writer holds the table for
     longer than `wait_s`, raise ExecutionRefused (or WriterBusy) before the next batch.
+    `on_wait` hears, at once and every 30 s, while a batch waits for the table's writer lease.
+    `progress` gets every ProgressEvent (service.progress) as it happens, from this thread or
+    from the thread that follows a batch's run.
     """
+    total = 0
+
+    def emit(kind: Literal["finished", "skipped"], batch: Batch, report: BatchReport) -> None:
+        if progress:
+            progress(report_event(kind, batch, total, report))
+
     plan, status = load_plan(instance, plan_id)
     if status != PlanStatus.APPROVED:
         raise ExecutionRefused(f"plan {plan_id} is {status}; only an approved plan can run")
@@ -198,13 +209,13 @@ def execute_plan(
         )
     reports: list[BatchReport] = []
     ran = 0
+    total = len(plan.batches)
     for batch in plan.batches:
         if batch_done(instance, plan, batch):
             reports.append(
                 BatchReport(batch.index, batch.start, batch.end, "skipped (already passed)")
             )
-            if progress:
-                progress(reports[-1], len(plan.batches))
+            emit("skipped", batch, reports[-1])
             continue
         if max_batches is not None and ran >= max_batches:
             break
@@ -216,22 +227,34 @@ def execute_plan(
                 "the batch driver do it: backfill-assets start)"
             )
         t0 = dt.datetime.now(dt.UTC)
-        result = run_as_writer(
-            defs,
-            shadow_job(plan.target),
-            instance,
-            wh,
-            table,
-            role=ROLE_BATCH,
-            plan_id=plan_id,
-            wait_s=wait_s,
-            before=lambda _run_id: refuse_if_daily_in_progress(instance, table),
-            start=batch.start,
-            end_inclusive=batch.end,
-            tags=batch_tags(plan, batch),
-            raise_on_error=False,
-            log_level=log_level,
-        )
+        watcher = RunWatcher(instance, batch, total, progress) if progress else None
+
+        def before(run_id: str, watcher: RunWatcher | None = watcher) -> None:
+            refuse_if_daily_in_progress(instance, table)
+            if watcher is not None:
+                watcher.follow(run_id)
+
+        try:
+            result = run_as_writer(
+                defs,
+                shadow_job(plan.target),
+                instance,
+                wh,
+                table,
+                role=ROLE_BATCH,
+                plan_id=plan_id,
+                wait_s=wait_s,
+                before=before,
+                on_wait=on_wait,
+                start=batch.start,
+                end_inclusive=batch.end,
+                tags=batch_tags(plan, batch),
+                raise_on_error=False,
+                log_level=log_level,
+            )
+        finally:
+            if watcher is not None:
+                watcher.stop()
         seconds = (dt.datetime.now(dt.UTC) - t0).total_seconds()
         ran += 1
         if not result.success:
@@ -241,8 +264,7 @@ def execute_plan(
                     batch.index, batch.start, batch.end, "failed", result.run_id, seconds, failures
                 )
             )
-            if progress:
-                progress(reports[-1], len(plan.batches))
+            emit("finished", batch, reports[-1])
             refusal = run_error(result)
             if not failures and refusal is not None and refusal[0] in _REFUSALS:
                 # The warehouse was held, another writer kept the table, a build was refused:
@@ -263,6 +285,5 @@ def execute_plan(
         reports.append(
             BatchReport(batch.index, batch.start, batch.end, "passed", result.run_id, seconds)
         )
-        if progress:
-            progress(reports[-1], len(plan.batches))
+        emit("finished", batch, reports[-1])
     return reports

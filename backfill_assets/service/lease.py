@@ -187,7 +187,7 @@ def acquire_writer(
     """
     t0 = time.monotonic()
     delay = POLL_START_S
-    reported = -1.0
+    reported = -30.0  # report at once, then every 30 s
     while True:
         current = wh.claim_writer(table, holder)
         if current.holder_id == holder.holder_id:

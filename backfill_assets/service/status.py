@@ -80,6 +80,11 @@ def plan_status(
         except WarehouseError as e:
             swap_state = f"unknown ({e})"
     failed = [s for s in states if s.state == GateState.FAILED]
+    gates = list(dict.fromkeys(g for b in plan.batches for g in b.gates))
+    grid: dict[str, dict[str, str]] = {pk: {} for pk in plan.partitions}
+    for st in states:
+        if st.gate in gates:
+            grid.setdefault(st.partition, {})[st.gate] = GRID_STATE[st.state]
     return {
         "plan_id": plan_id,
         "target": plan.target,
@@ -93,11 +98,53 @@ def plan_status(
         "swap_state": swap_state,
         "writer": writer,
         "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, table)],
+        "gates": gates,
+        "grid": grid,
         "batches": batches,
     }
 
 
-def render_status(s: dict[str, Any]) -> str:
+# The grid's states, as JSON spells them (no spaces).
+GRID_STATE = {
+    GateState.PASSED: "passed",
+    GateState.FAILED: "failed",
+    GateState.NOT_RUN: "not_run",
+    GateState.STALE: "stale",
+}
+GRID_MARK = {"passed": "ok", "failed": "FAIL", "not_run": ".", "stale": "stale"}
+
+
+def render_grid(s: dict[str, Any]) -> list[str]:
+    """Partition x gate: ok, FAIL, stale, or `.` for not run. Consecutive partitions with the
+    same row are one line (`first..last`), so a passed quarter is one line, not ninety."""
+    gates: list[str] = s["gates"]
+    short = [g.removesuffix("_gate") for g in gates]
+    widths = [max(len(h), 5) for h in short]
+    rows: list[tuple[str, str, tuple[str, ...]]] = []
+    for pk, row in s["grid"].items():
+        marks = tuple(GRID_MARK[row.get(g, "not_run")] for g in gates)
+        if rows and rows[-1][2] == marks:
+            rows[-1] = (rows[-1][0], pk, marks)
+        else:
+            rows.append((pk, pk, marks))
+    span = 24
+    head = (
+        "  "
+        + "partitions".ljust(span)
+        + "  ".join(h.ljust(w) for h, w in zip(short, widths, strict=True))
+    )
+    lines = [head.rstrip()]
+    for first, last, marks in rows:
+        label = first if first == last else f"{first}..{last}"
+        cells = "  ".join(m.ljust(w) for m, w in zip(marks, widths, strict=True))
+        lines.append(("  " + label.ljust(span) + cells).rstrip())
+    lines.append(
+        "  (ok passed, FAIL failed, . not run, stale: passed, then the shadow was rewritten)"
+    )
+    return lines
+
+
+def render_status(s: dict[str, Any], *, grid: bool = True) -> str:
     lines = [
         f"plan {s['plan_id']} ({s['target']} {s['range']}): {s['status']}"
         + (" — HALTED" if s["halted"] else ""),
@@ -125,6 +172,9 @@ def render_status(s: dict[str, Any]) -> str:
         lines.append(
             f"  batch {b['index']:>2} {b['start']}..{b['end']}  {b['state']:<8} [{gates}]{run}"
         )
+    if grid and s["gates"]:
+        lines.append("gates per partition:")
+        lines.extend(render_grid(s))
     if s["failed_gates"]:
         lines.append("failed: " + "; ".join(s["failed_gates"][:10]))
     return "\n".join(lines)

@@ -60,7 +60,10 @@ def at_step(step):
         print("paused at " + step, flush=True)
         time.sleep(600)
 
-def progress(report, total):
+def progress(event):
+    report = event.report
+    if report is None:  # a partition's progress inside the batch
+        return
     print(f"batch {report.index} {report.status}", flush=True)
     if pause == f"after batch {report.index}":
         print("paused between batches", flush=True)

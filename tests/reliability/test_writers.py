@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +56,29 @@ BIN = Path(sys.executable).parent
 
 def _history(wh) -> dict[dt.date, str]:
     return target_checksums(wh, HISTORY_START, HISTORY_END)
+
+
+def _lines(child: subprocess.Popen[str]) -> list[str]:
+    """The child's stderr lines, collected by a thread as they are written."""
+    lines: list[str] = []
+
+    def read() -> None:
+        assert child.stderr is not None
+        for line in iter(child.stderr.readline, ""):
+            lines.append(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def _wait_for_line(lines: list[str], needle: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = next((x for x in list(lines) if needle in x), None)
+        if found is not None:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"no line with {needle!r} in {timeout:.0f} s; stderr so far:\n{''.join(lines)}")
 
 
 def _env(instance: dg.DagsterInstance, warehouse: Path, **extra: str) -> dict[str, str]:
@@ -185,15 +209,19 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(8)  # start-up, then waiting for the table
+        waiter_err = _lines(waiter)
+        # It says at once that it waits, and for whom (not after start-up's guessed length).
+        said = _wait_for_line(waiter_err, "waiting for the writer of orders_daily", 120)
+        assert "held by command (a long writer" in said and "Ctrl-C" in said
         cpu0 = _cpu_seconds(waiter.pid)
         time.sleep(4)
         cpu = _cpu_seconds(waiter.pid) - cpu0
         assert cpu < 0.5, f"the waiting process used {cpu:.2f} s of CPU in 4 s: it spins"
         t0 = time.monotonic()
         waiter.send_signal(signal.SIGINT)
-        _, err = waiter.communicate(timeout=15)
+        waiter.wait(timeout=15)
         assert time.monotonic() - t0 < 10
+        err = "".join(waiter_err)
         assert waiter.returncode == 130, err
         assert "interrupted" in err and "Traceback" not in err
         # 2. `run`, waiting to claim the table for its first batch run (claimed before the
@@ -205,14 +233,16 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(10)
+        runner_err = _lines(runner)
+        _wait_for_line(runner_err, "waiting for the writer of orders_daily", 120)
         cpu0 = _cpu_seconds(runner.pid)
         time.sleep(4)
         cpu = _cpu_seconds(runner.pid) - cpu0
         assert cpu < 0.5, f"the waiting run used {cpu:.2f} s of CPU in 4 s: it spins"
         t0 = time.monotonic()
         runner.send_signal(signal.SIGTERM)
-        _, err = runner.communicate(timeout=30)
+        runner.wait(timeout=30)
+        err = "".join(runner_err)
         assert time.monotonic() - t0 < 15
         assert runner.returncode != 0 and "Traceback" not in err, err
         runs = instance.get_runs(dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))

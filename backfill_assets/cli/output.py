@@ -1,0 +1,166 @@
+"""The JSON that `--format json` prints, one model per command, and its JSON Schema.
+
+The shapes are part of the CLI's contract: scripts and on-call tooling parse them. Each object
+carries `format_version`; a field is only ever added within a version. The schemas are
+generated from these models and shipped next to them (`schemas/*.schema.json`,
+`python -m backfill_assets.cli.output` rewrites them); a test fails when a model and its
+shipped schema disagree, and validates the real output of every command against them.
+
+Only stdout carries the JSON. Refusals (exit 2) print nothing on stdout and one line on
+stderr, as in text mode; a halted `run` (exit 1) prints its JSON with `outcome: "halted"`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, RootModel
+
+FORMAT_VERSION = 1
+SCHEMA_DIR = Path(__file__).with_name("schemas")
+
+GridState = Literal["passed", "failed", "not_run", "stale"]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_serialization_defaults_required=True)
+
+
+class PlanEntry(_Out):
+    plan_id: str
+    target: str
+    status: str = Field(description="proposed, approved, swapped, rolled_back, released, ...")
+
+
+class PlanList(RootModel[list[PlanEntry]]):
+    """`list --format json`: every plan in the instance (or of `--target`), by plan id."""
+
+
+class GateFailureOut(_Out):
+    partition: str
+    gate: str
+    description: str
+
+
+class BatchRun(_Out):
+    index: int
+    start: str
+    end: str = Field(description="inclusive")
+    status: Literal["passed", "skipped", "failed"]
+    run_id: str | None
+    seconds: float
+    failures: list[GateFailureOut]
+
+
+class RunOut(_Out):
+    """`run --format json`."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    command: Literal["run"] = "run"
+    plan_id: str
+    target: str
+    outcome: Literal["done", "partial", "halted"] = Field(
+        description="done: every batch passed; partial: --batches stopped early; halted: a gate "
+        "failed (exit 1)"
+    )
+    batches_total: int
+    batches: list[BatchRun]
+    next: str = Field(description="the command to run next")
+
+
+class Refreshed(_Out):
+    assets: list[str]
+    start: str | None = Field(description="null: a full refresh")
+    end: str | None
+    ok: bool
+
+
+class SwapOut(_Out):
+    """`swap --format json` and `rollback --format json`."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    command: Literal["swap", "rollback"]
+    plan_id: str
+    target: str
+    range: str
+    partitions: int = Field(description="partitions of the target the run moved")
+    run_id: str
+    refresh: Literal["done", "skipped", "failed"] = Field(
+        description="skipped: --no-refresh; failed: exit 3"
+    )
+    refreshed: list[Refreshed]
+    stale: list[str] = Field(description="downstream assets left stale for the range")
+
+
+class BatchStatus(_Out):
+    index: int
+    start: str
+    end: str
+    state: str = Field(description="passed, failed, stale, pending, or the run's status")
+    gates: dict[str, int] = Field(description="gate results of the batch, counted by state")
+    run_id: str | None
+    slot_start: str
+
+
+class WriterOut(_Out):
+    holder: str
+    run_id: str | None
+    free: bool
+    why_free: str | None
+
+
+class StatusOut(_Out):
+    """`status --format json`."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    command: Literal["status"] = "status"
+    plan_id: str
+    target: str
+    range: str
+    status: str
+    batches_passed: int
+    batches_total: int
+    halted: bool
+    failed_gates: list[str]
+    not_run: int
+    swap_state: str | None
+    writer: WriterOut | None
+    daily_runs_in_progress: list[str]
+    gates: list[str] = Field(description="the grid's columns, in order")
+    grid: dict[str, dict[str, GridState]] = Field(
+        description="partition -> gate -> passed, failed, not_run or stale"
+    )
+    batches: list[BatchStatus]
+
+
+MODELS: dict[str, type[BaseModel]] = {
+    "list": PlanList,
+    "run": RunOut,
+    "swap": SwapOut,
+    "status": StatusOut,
+}
+
+
+def schema_of(name: str) -> dict[str, Any]:
+    return MODELS[name].model_json_schema(mode="serialization")
+
+
+def shipped_schema(name: str) -> dict[str, Any]:
+    return json.loads((SCHEMA_DIR / f"{name}.schema.json").read_text())
+
+
+def dump(model: BaseModel) -> str:
+    return model.model_dump_json(indent=2)
+
+
+def write_schemas() -> None:
+    SCHEMA_DIR.mkdir(exist_ok=True)
+    for name in MODELS:
+        text = json.dumps(schema_of(name), indent=2, sort_keys=True) + "\n"
+        (SCHEMA_DIR / f"{name}.schema.json").write_text(text)
+
+
+if __name__ == "__main__":
+    write_schemas()
