@@ -117,9 +117,16 @@ def _claim(
     )
 
 
-def _rows_metadata(counts: dict[dt.date, int]) -> dict[str, Any]:
-    total = sum(counts.values())
-    return {"rows": total, "dagster/row_count": total, "partitions": len(counts)}
+def _rows_metadata(context: dg.AssetExecutionContext, counts: dict[dt.date, int]) -> dict[str, Any]:
+    """The rows a run wrote. Each partition's materialization carries its own count as Dagster's
+    `dagster/partition_row_count` (the UI plots it per partition); `rows` and `partitions` are
+    the whole run's. `dagster/row_count` means the whole table's rows, which a partition write
+    does not know without a scan, so it is left out rather than set to the run's total."""
+    for day, n in counts.items():
+        context.add_asset_metadata(
+            {"dagster/partition_row_count": n}, partition_key=day.isoformat()
+        )
+    return {"rows": sum(counts.values()), "partitions": len(counts)}
 
 
 @cache
@@ -175,7 +182,7 @@ def table_definitions(
             )
         _claim(context, wh, table, ROLE_DAILY)
         counts = write_partitions(wh, table, start, end, shadow=False)
-        return dg.MaterializeResult(metadata=_rows_metadata(counts))
+        return dg.MaterializeResult(metadata=_rows_metadata(context, counts))
 
     shadow_key = dg.AssetKey(spec.shadow_name)
     check_specs = [
@@ -211,7 +218,7 @@ def table_definitions(
         start, end = partition_dates(context)
         _claim(context, wh, table, ROLE_BATCH, plan_id)
         counts = write_partitions(wh, table, start, end, shadow=True, plan_id=plan_id)
-        yield dg.MaterializeResult(metadata={**_rows_metadata(counts), "plan_id": plan_id})
+        yield dg.MaterializeResult(metadata={**_rows_metadata(context, counts), "plan_id": plan_id})
         outcomes = evaluate_gates(wh, spec, criteria, start, end, plan_id)
         yield from gate_events(context, shadow_key, outcomes)
 

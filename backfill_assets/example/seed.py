@@ -59,7 +59,11 @@ def write_history(
             dg.AssetMaterialization(
                 asset_key=ORDERS.key,
                 partition=day.isoformat(),
-                metadata={"rows": rows, "dagster/row_count": rows, "logic_version": logic},
+                metadata={
+                    "rows": rows,
+                    "dagster/partition_row_count": rows,
+                    "logic_version": logic,
+                },
                 tags={CODE_VERSION_TAG: logic},
             )
         )

@@ -146,6 +146,7 @@ def swap_materializations(
             metadata={
                 "action": action,
                 "plan_id": result.plan_id,
+                "dagster/partition_row_count": info.rows_in,
                 "rows_in": info.rows_in,
                 "rows_out": info.rows_out,
                 "checksum_in": info.checksum_in,
