@@ -142,6 +142,11 @@ def test_the_batches_table_has_one_row_per_batch_with_slot_and_gates() -> None:
     )
 
 
+def _timeline_lines(plan: BackfillPlan) -> list[str]:
+    """The timeline's text lines: the last fenced block (after the picture)."""
+    return render_markdown(plan).split("## Timeline", 1)[1].split("```")[3].strip("\n").splitlines()
+
+
 def test_the_timeline_shows_each_night_used_with_the_daily_slot() -> None:
     plan = make_plan(
         window="22:00-04:00",
@@ -149,7 +154,7 @@ def test_the_timeline_shows_each_night_used_with_the_daily_slot() -> None:
         seconds_per_row=0.0,
         batch_overhead_seconds=3000.0,
     )
-    timeline = render_markdown(plan).split("## Timeline", 1)[1].strip("`\n ").splitlines()
+    timeline = _timeline_lines(plan)
     # Batches after midnight belong to the night that opened the evening before.
     assert timeline == [
         "2026-04-10  daily 05:30-06:45 | window 22:00-04:00: batches 1-7 (22:00-03:50)",
@@ -159,9 +164,32 @@ def test_the_timeline_shows_each_night_used_with_the_daily_slot() -> None:
 
 def test_the_timeline_lists_a_few_batches_one_by_one() -> None:
     plan = make_plan(seconds_per_row=0.0, batch_overhead_seconds=3000.0)
-    timeline = render_markdown(plan).split("## Timeline", 1)[1].strip("`\n ").splitlines()
+    timeline = _timeline_lines(plan)
     assert timeline[0] == (
         "2026-04-11  daily 00:30-01:45 | window 03:00-06:00: batch 1 (03:00-03:50), "
         "batch 2 (03:50-04:40), batch 3 (04:40-05:30)"
     )
     assert len(timeline) == 5  # 14 batches, 3 a night
+
+
+def test_the_timeline_picture_draws_batches_against_the_daily_slot_and_the_window() -> None:
+    text = render_markdown(make_plan(window="20:00-00:15", seconds_per_row=0.05))
+    picture = text.split("## Timeline")[1].split("```")[1].strip("\n").splitlines()
+    assert picture[0].split() == ["00", "03", "06", "09", "12", "15", "18", "21"]
+    rows = dict(line.split("  ", 1) for line in picture[1:])
+    assert list(rows) == ["2026-04-10", "2026-04-11", "2026-04-12", "2026-04-13"]
+    for row in rows.values():
+        assert len(row) == 48  # half hours
+        assert row[1:4] == "DDD"  # the daily slot 00:30-01:45, never a batch
+        assert set(row[4:40]) == {"."}  # outside the window
+    # Batch 1 opens the window at 20:00; batch 14 (e) is the last; the rest of its window idles.
+    assert rows["2026-04-10"][40] == "1" and rows["2026-04-13"][42] == "e"
+    assert rows["2026-04-13"].endswith("-----")
+    marks = "".join(rows.values())
+    assert all(m in marks for m in "123456789abcde")
+
+
+def test_the_timeline_picture_marks_batches_sharing_a_half_hour() -> None:
+    text = render_markdown(make_plan())  # 14 short batches from 03:00
+    picture = text.split("## Timeline")[1].split("```")[1].strip("\n").splitlines()
+    assert picture[1] == "2026-04-11  .DDD..#-----" + "." * 36

@@ -264,7 +264,9 @@ def test_the_shadow_shows_each_gate_per_partition_and_a_failed_gates_mismatching
 # -- 3. the plan ---------------------------------------------------------------------------------
 
 
-def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(story: Story, page: Page, shot: Shot):
+def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(
+    story: Story, page: Page, shot: Shot, screenshot_dir: Path
+):
     plan = story.plan
     page.set_viewport_size(TALL)  # the whole plan, down to its timeline
     page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
@@ -281,6 +283,26 @@ def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(story: Story, page
     for batch in plan.batches:
         expect(md.get_by_role("cell", name=f"{batch.start}..{batch.end}")).to_be_visible()
     shot(page, "ui-plan-markdown")
+    # The timeline picture renders as a monospaced block: the hour scale, then one row a day
+    # with the daily run's slot (D) and the batches (their numbers, or # when they share a cell).
+    picture = md.locator("pre").filter(has_text="00    03    06    09    12")
+    expect(picture).to_be_visible()
+    expect(picture).to_contain_text("D")
+    text = picture.inner_text()
+    rows = [line for line in text.splitlines() if line[:4].isdigit()]
+    assert rows and all(len(line.split("  ", 1)[1]) == 48 for line in rows)
+    assert any(ch in "".join(rows) for ch in "#123456789")
+    # A picture of just the timeline: from its heading down to the lines under the picture.
+    top = md.get_by_role("heading", name="Timeline").bounding_box()
+    bottom = md.locator("pre").last.bounding_box()
+    assert top is not None and bottom is not None
+    clip = {
+        "x": top["x"] - 16,
+        "y": top["y"] - 12,
+        "width": max(bottom["width"], top["width"]) + 32,
+        "height": bottom["y"] + bottom["height"] - top["y"] + 24,
+    }
+    page.screenshot(path=str(screenshot_dir / "ui-plan-timeline.png"), clip=clip)  # type: ignore[arg-type]
 
 
 # -- 4. the target's own Materialize button ------------------------------------------------------
@@ -549,3 +571,20 @@ def test_after_the_fix_a_swap_launched_from_the_launchpad_succeeds(
 
     page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
     expect(metadata_row(page, "status")).to_contain_text("swapped")
+
+
+# -- 7. rows per partition, plotted by Dagster -----------------------------------------------------
+
+
+def test_the_target_plots_its_rows_per_partition(story: Story, page: Page, shot: Shot):
+    """Every write of the target (daily, swap, rollback) records `dagster/partition_row_count`
+    on each partition's materialization; Dagster plots it by itself, by partition, in the
+    Overview's Metadata section (Plots)."""
+    page.set_viewport_size(TALL)
+    page.goto(story.url("/assets/orders_daily"))
+    page.get_by_role("button", name="Plots").click()
+    expect(page.get_by_role("button", name="Partitions")).to_be_visible()  # x axis: partitions
+    title = page.get_by_text("dagster/partition_row_count", exact=True)
+    expect(title).to_be_visible(timeout=30_000)
+    expect(page.locator("canvas").first).to_be_visible()
+    shot(page, "ui-target-row-count-plot")

@@ -71,6 +71,15 @@ def render_markdown(plan: BackfillPlan) -> str:
         "",
         "## Timeline",
         "",
+        f"Each line is one day ({plan.window.timezone}), each character {_CELL_MIN} minutes: "
+        "`D` the daily run's slot (never used), `-` the idle window, `.` outside it, and "
+        "where a batch is planned to run, its number (`1`-`9`, then `a`-`z`), or `#` where "
+        "several batches share the half hour (the lines below list them).",
+        "",
+        "```",
+        *_picture(plan, tz),
+        "```",
+        "",
         "```",
         *_timeline(plan, tz),
         "```",
@@ -164,6 +173,54 @@ def _timeline(plan: BackfillPlan, tz: ZoneInfo) -> list[str]:
             f"{day}  daily {c.daily_slot_start}-{c.daily_slot_end} | window "
             f"{plan.window.label}: {used}"
         )
+    return out
+
+
+_CELL_MIN = 30
+_CELLS = 24 * 60 // _CELL_MIN
+_PICTURE_DAYS_MAX = 14
+_BATCH_MARKS = "123456789abcdefghijklmnopqrstuvwxyz"
+
+
+def _cells(start: str, end: str) -> set[int]:
+    """The cells of a daily HH:MM-HH:MM span (it may cross midnight)."""
+    a, b = (_minutes(x) for x in (start, end))
+    b = b if b > a else b + 24 * 60
+    return {(m // _CELL_MIN) % _CELLS for m in range(a, b, _CELL_MIN)} | {(a // _CELL_MIN)}
+
+
+def _minutes(hm: str) -> int:
+    h, m = hm.split(":")[:2]
+    return int(h) * 60 + int(m)
+
+
+def _picture(plan: BackfillPlan, tz: ZoneInfo) -> list[str]:
+    """A day-by-hour chart of the batches against the daily run's slot and the window."""
+    window = _cells(plan.window.start, plan.window.end)
+    daily = _cells(plan.contention.daily_slot_start, plan.contention.daily_slot_end)
+    base = "".join("D" if i in daily else "-" if i in window else "." for i in range(_CELLS))
+    used: dict[dt.date, dict[int, set[int]]] = {}
+    for b in plan.batches:
+        start, end = b.slot.start.astimezone(tz), b.slot.end.astimezone(tz)
+        t = start.replace(minute=start.minute - start.minute % _CELL_MIN, second=0, microsecond=0)
+        while t < end or t == start.replace(second=0, microsecond=0):
+            cell = (t.hour * 60 + t.minute) // _CELL_MIN
+            used.setdefault(t.date(), {}).setdefault(cell, set()).add(b.index)
+            t += dt.timedelta(minutes=_CELL_MIN)
+    rows: dict[dt.date, list[str]] = {}
+    for day, cells in used.items():
+        row = list(base)
+        for cell, batches in cells.items():
+            (only,) = batches if len(batches) == 1 else (None,)
+            row[cell] = "#" if only is None else _BATCH_MARKS[(only - 1) % len(_BATCH_MARKS)]
+        rows[day] = row
+    scale = "".join(f"{h:02d}    " for h in range(0, 24, 3))
+    out = [f"{'':10}  {scale}"]
+    days = sorted(rows)
+    for day in days[:_PICTURE_DAYS_MAX]:
+        out.append(f"{day}  {''.join(rows[day])}")
+    if len(days) > _PICTURE_DAYS_MAX:
+        out.append(f"... {len(days) - _PICTURE_DAYS_MAX} more days, listed below")
     return out
 
 
