@@ -434,7 +434,9 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
     assert len(plan.batches) == 2
     approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
     start_config = {"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}}
-    succeeded(dev, launch(dev, START_JOB, start_config))
+    # Not waited for here: on a busy machine batch 1 (two days) can start and end while a wait
+    # for the start run's success polls; batch 1 is watched for from now on instead.
+    start_run = launch(dev, START_JOB, start_config)
 
     # While batch 1 runs, a daily production run is launched from the UI: only its first step
     # (the target's write), since the dbt models after it would add a minute and prove nothing.
@@ -446,6 +448,7 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
         return None
 
     batch_one = wait_for("batch 1 to start", batch_one_running, RUN_TIMEOUT_S, dev)
+    succeeded(dev, start_run)
     # A day within the daily job's lookback: older days are backfill territory, refused.
     daily_day = (dev.today - dt.timedelta(days=1)).isoformat()
     daily_id = launch(
