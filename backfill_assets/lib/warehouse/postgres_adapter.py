@@ -528,6 +528,18 @@ class PostgresWarehouse:
             ).fetchall()
         return {d: int(v) for d, v in rows}
 
+    def table_rows(self, spec: TableSpec) -> int:
+        with self.connect(read_only=True) as con:
+            if not self._meta_ready(con):
+                return 0
+            row = _x(
+                con,
+                f"SELECT coalesce(sum(row_count), 0) FROM {M}.partition_versions "
+                "WHERE table_name = %(t)s",
+                {"t": self._key(spec.name)},
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     # -- swap and rollback ---------------------------------------------------------------------
 
     def swap_state(self, spec: TableSpec, plan_id: str) -> str | None:
@@ -823,10 +835,13 @@ class PostgresWarehouse:
                 cur = live.get(week)
                 rng = {"s": r0, "e": r1}
                 outside = f"NOT ({pc} >= %(s)s AND {pc} < %(e)s)"
+                # A whole week of the plan has no outside days: no rows to move, as in the swap.
+                partial = (r1 - r0).days < 7
                 if had_live:
                     bk = self._q(backup[week])
-                    _x(con, f"DELETE FROM {bk} WHERE {outside}", rng)
-                    if cur:
+                    if partial:
+                        _x(con, f"DELETE FROM {bk} WHERE {outside}", rng)
+                    if cur and partial:
                         _x(
                             con,
                             f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM {self._q(cur)} "
