@@ -92,6 +92,11 @@ def test_every_command_that_reports_state_prints_json_of_its_documented_shape(
             for m in mats
             if m.asset_materialization is not None
         } == rows
+    # And the whole table's rows after the swap, as Dagster's dagster/row_count.
+    total = history.query("select count(*) from orders_daily")[0][0]
+    latest = instance.fetch_materializations(dg.AssetKey("orders_daily"), limit=1).records[0]
+    assert latest.asset_materialization is not None
+    assert latest.asset_materialization.metadata["dagster/row_count"].value == total
 
     assert main(["rollback", plan.plan_id, "--no-refresh", "--format", "json"]) == 0
     assert _json(capsys, "swap")["command"] == "rollback"
@@ -254,3 +259,18 @@ def test_a_non_tty_run_prints_progress_lines_while_the_batch_runs(
     assert ended is not None
     # The line that the batch started reached this test while the batch's run was going.
     assert lines[started][0] < ended
+
+
+def test_the_plan_records_its_batches_as_a_dagster_table(defs, instance, history):
+    plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-18")
+    records = instance.fetch_materializations(dg.AssetKey("backfill_plans"), limit=1).records
+    mat = records[0].asset_materialization
+    assert mat is not None and mat.partition == plan.plan_id
+    table = mat.metadata["batches_table"]
+    assert isinstance(table, dg.TableMetadataValue)
+    assert [c.name for c in table.schema.columns][:4] == ["batch", "start", "end", "partitions"]
+    rows = [r.data for r in table.records]
+    assert [(r["batch"], r["start"], r["end"], r["partitions"]) for r in rows] == [
+        (b.index, b.start.isoformat(), b.end.isoformat(), len(b.partitions)) for b in plan.batches
+    ]
+    assert all(r["gates"] == "row_count_gate, sample_gate, invariants_gate" for r in rows)

@@ -42,6 +42,12 @@ def test_the_daily_job_writes_a_recent_partition_and_rewriting_it_is_idempotent(
     assert first[RECENT].startswith(f"{ROWS_PER_DAY}:")
     # Nothing else was written: only that day is present.
     assert recent.query("select count(distinct order_date) from orders_daily") == [(1,)]
+    # Dagster's row metadata: the day's rows and the whole table's.
+    mat = instance.fetch_materializations(dg.AssetKey(ORDERS.key), limit=1).records[0]
+    mat = mat.asset_materialization
+    assert mat is not None and mat.partition == RECENT.isoformat()
+    assert mat.metadata["dagster/partition_row_count"].value == ROWS_PER_DAY
+    assert mat.metadata["dagster/row_count"].value == ROWS_PER_DAY
 
 
 def test_a_partition_write_replaces_the_day_and_bumps_its_version(landed):

@@ -230,6 +230,28 @@ def test_rollback_restores_the_plan_days_and_keeps_later_writes_to_other_days(se
     assert seeded.active_plan(SPEC.name) is None  # the rollback freed the table
 
 
+def test_the_table_rows_follow_every_write_swap_and_rollback_without_a_scan(seeded):
+    """`table_rows` (Dagster's dagster/row_count) sums the per-day counts recorded by each
+    write; it must equal count(*) whatever moved the rows."""
+
+    def counted() -> int:
+        return seeded.query("select count(*) from orders_daily")[0][0]
+
+    assert seeded.table_rows(SPEC) == counted() == 31 * N
+    # The source of one day is restated with fewer orders; the backfill swaps the smaller day in.
+    seeded.execute(
+        "delete from raw_orders where order_date = $d and order_id % 4 = 0", {"d": D(2026, 1, 8)}
+    )
+    start, end = D(2026, 1, 5), D(2026, 1, 12)
+    shadow(seeded, "pr", start, end)
+    seeded.swap(SPEC, "pr", days_of(start, end))
+    assert seeded.table_rows(SPEC) == counted() < 31 * N
+    seeded.replace_partitions(SPEC, D(2026, 1, 20), D(2026, 1, 21), build=o.ORDERS_DAILY_SQL)
+    assert seeded.table_rows(SPEC) == counted()
+    seeded.rollback(SPEC, "pr")
+    assert seeded.table_rows(SPEC) == counted() == 31 * N
+
+
 def test_a_swap_into_days_the_target_never_had_and_its_rollback(empty):
     land_fx_rates(empty)
     land_raw_orders(empty, D(2026, 3, 2), D(2026, 3, 9), 50)
@@ -237,8 +259,10 @@ def test_a_swap_into_days_the_target_never_had_and_its_rollback(empty):
     shadow(empty, "pc", days[0], D(2026, 3, 9))
     empty.swap(SPEC, "pc", days)
     assert empty.query("select count(*) from orders_daily") == [(350,)]
+    assert empty.table_rows(SPEC) == 350
     empty.rollback(SPEC, "pc")
     assert empty.query("select count(*) from orders_daily") == [(0,)]
+    assert empty.table_rows(SPEC) == 0
 
 
 def test_a_missing_shadow_week_refuses_the_swap_and_changes_nothing(seeded):

@@ -120,8 +120,7 @@ def _claim(
 def _rows_metadata(context: dg.AssetExecutionContext, counts: dict[dt.date, int]) -> dict[str, Any]:
     """The rows a run wrote. Each partition's materialization carries its own count as Dagster's
     `dagster/partition_row_count` (the UI plots it per partition); `rows` and `partitions` are
-    the whole run's. `dagster/row_count` means the whole table's rows, which a partition write
-    does not know without a scan, so it is left out rather than set to the run's total."""
+    the whole run's."""
     for day, n in counts.items():
         context.add_asset_metadata(
             {"dagster/partition_row_count": n}, partition_key=day.isoformat()
@@ -182,7 +181,11 @@ def table_definitions(
             )
         _claim(context, wh, table, ROLE_DAILY)
         counts = write_partitions(wh, table, start, end, shadow=False)
-        return dg.MaterializeResult(metadata=_rows_metadata(context, counts))
+        # The whole table's rows (Dagster's `dagster/row_count`), from the per-day counts the
+        # warehouse records with every write; the shadow has no such total of its own.
+        return dg.MaterializeResult(
+            metadata={**_rows_metadata(context, counts), "dagster/row_count": wh.table_rows(spec)}
+        )
 
     shadow_key = dg.AssetKey(spec.shadow_name)
     check_specs = [
@@ -241,7 +244,7 @@ def table_definitions(
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_SWAP, config.plan_id)
         result = perform_swap(context.instance, table, wh, config.plan_id)
-        for event in swap_materializations(table, result, "swap"):
+        for event in swap_materializations(table, result, "swap", wh.table_rows(spec)):
             context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions in "
@@ -257,7 +260,7 @@ def table_definitions(
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_ROLLBACK, config.plan_id)
         result = perform_rollback(context.instance, table, wh, config.plan_id)
-        for event in swap_materializations(table, result, "rollback"):
+        for event in swap_materializations(table, result, "rollback", wh.table_rows(spec)):
             context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions restored in "

@@ -54,6 +54,7 @@ def write_history(
     counts = wh.replace_partitions(
         ORDERS.spec, start, end_inclusive + dt.timedelta(days=1), build=LOGIC[logic]
     )
+    total = wh.table_rows(ORDERS.spec)
     for day, rows in sorted(counts.items()):
         instance.report_runless_asset_event(
             dg.AssetMaterialization(
@@ -62,6 +63,7 @@ def write_history(
                 metadata={
                     "rows": rows,
                     "dagster/partition_row_count": rows,
+                    "dagster/row_count": total,
                     "logic_version": logic,
                 },
                 tags={CODE_VERSION_TAG: logic},

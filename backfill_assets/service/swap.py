@@ -136,9 +136,10 @@ def abandon_plan(
 
 
 def swap_materializations(
-    table: BackfillableTable, result: SwapResult, action: str
+    table: BackfillableTable, result: SwapResult, action: str, table_rows: int | None = None
 ) -> list[dg.AssetMaterialization]:
-    """One materialization of the target per swapped partition, with rows and checksums."""
+    """One materialization of the target per swapped partition, with rows and checksums, and
+    the whole table's rows after it (`table_rows`) as Dagster's `dagster/row_count`."""
     return [
         dg.AssetMaterialization(
             asset_key=table.key,
@@ -147,6 +148,7 @@ def swap_materializations(
                 "action": action,
                 "plan_id": result.plan_id,
                 "dagster/partition_row_count": info.rows_in,
+                **({"dagster/row_count": table_rows} if table_rows is not None else {}),
                 "rows_in": info.rows_in,
                 "rows_out": info.rows_out,
                 "checksum_in": info.checksum_in,

@@ -271,6 +271,12 @@ def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(
     page.set_viewport_size(TALL)  # the whole plan, down to its timeline
     page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
     expect(metadata_row(page, "status")).to_contain_text("approved")
+    # The batches as a Dagster table, rendered in place: one row per batch.
+    batches = metadata_row(page, "batches_table")
+    for batch in plan.batches:
+        expect(batches).to_contain_text(batch.start.isoformat())
+        expect(batches).to_contain_text(batch.end.isoformat())
+    expect(batches).to_contain_text("row_count_gate, sample_gate, invariants_gate")
     metadata_row(page, "plan_markdown").get_by_text("[Show Markdown]").click()
     md = page.get_by_role("dialog")
     expect(md.get_by_role("heading", level=1)).to_contain_text(

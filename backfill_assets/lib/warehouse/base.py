@@ -198,6 +198,11 @@ class Warehouse(Protocol):
 
     def live_week_count(self, spec: TableSpec) -> int: ...
 
+    def table_rows(self, spec: TableSpec) -> int:
+        """Rows in the live table, from the per-day counts every write, swap and rollback
+        records (no scan of the table)."""
+        ...
+
     def build_problem(self, spec: TableSpec, build: SQL) -> str | None: ...
 
     # -- plain tables (sources, reference data) and reads ----------------------------------

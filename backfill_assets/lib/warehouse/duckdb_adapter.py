@@ -447,6 +447,15 @@ class DuckDBWarehouse:
             ).fetchall()
         return dict(rows)
 
+    def table_rows(self, spec: TableSpec) -> int:
+        with self.connect(read_only=True) as con:
+            row = con.execute(
+                f"SELECT coalesce(sum(row_count), 0) FROM {M}.partition_versions "
+                "WHERE table_name = $t",
+                {"t": spec.name},
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def shadow_log(self, spec: TableSpec, start: dt.date, end: dt.date) -> dict[dt.date, dict]:
         with self.connect(read_only=True) as con:
             rows = con.execute(
