@@ -58,6 +58,10 @@ def _history(wh) -> dict[dt.date, str]:
     return target_checksums(wh, HISTORY_START, HISTORY_END)
 
 
+def _sigint_as_in_a_terminal() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _lines(child: subprocess.Popen[str]) -> list[str]:
     """The child's stderr lines, collected by a thread as they are written."""
     lines: list[str] = []
@@ -208,6 +212,10 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
             env=_env(instance, warehouse_path, **{LOCK_TIMEOUT_ENV: "600"}),
             stderr=subprocess.PIPE,
             text=True,
+            # As in a terminal, where Ctrl-C reaches the command. A suite started in the
+            # background of a non-interactive shell (`./.ci/run &`) inherits SIGINT ignored, and
+            # Python then never turns SIGINT into KeyboardInterrupt: the waiter would not hear it.
+            preexec_fn=_sigint_as_in_a_terminal,
         )
         waiter_err = _lines(waiter)
         # It says at once that it waits, and for whom (not after start-up's guessed length).
