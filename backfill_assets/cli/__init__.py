@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from backfill_assets.errors import BackfillError, GateFailed, InvalidInput
 
@@ -562,7 +562,7 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="backfill-assets",
         description="Safe backfills of daily-partitioned tables on Dagster: plan, approve, run "
         "into a shadow behind gates, swap atomically, roll back. Works on your code location "
@@ -728,8 +728,24 @@ class _PipeSafe:
         return getattr(self._stream, name)
 
 
+class ArgumentRefused(Exception):
+    """A command line argparse cannot parse (an unknown option, a value not offered)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that refuses like every other refusal: one `refused:` line and exit 2 (argparse
+    alone prints its usage and exits from inside the parser)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ArgumentRefused(f"{message} (see `{self.prog} --help`)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except ArgumentRefused as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return EXIT_REFUSED
     _quiet_dagster_warnings()
     stdout = sys.stdout
     sys.stdout = _PipeSafe(stdout)  # type: ignore[assignment]
