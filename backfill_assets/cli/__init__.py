@@ -740,7 +740,24 @@ class _Parser(argparse.ArgumentParser):
         raise ArgumentRefused(f"{message} (see `{self.prog} --help`)")
 
 
+def _answer_ctrl_c_and_sigterm() -> None:
+    """Make SIGINT raise KeyboardInterrupt even when it was inherited ignored.
+
+    A shell without job control (a script's `backfill-assets run … &`, nohup, some CI runners)
+    starts background commands with SIGINT ignored. Python then never turns it into
+    KeyboardInterrupt, and Dagster maps SIGTERM to SIGINT's handler whenever it captures
+    interrupts around a run, so SIGTERM was ignored too: a waiting `run` could only be stopped
+    with SIGKILL. Every command here answers both, wherever it was started.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the console script, not a caller's main([...]) in its own process
+        _answer_ctrl_c_and_sigterm()
     try:
         args = build_parser().parse_args(argv)
     except ArgumentRefused as e:

@@ -58,8 +58,8 @@ def _history(wh) -> dict[dt.date, str]:
     return target_checksums(wh, HISTORY_START, HISTORY_END)
 
 
-def _sigint_as_in_a_terminal() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _sigint_ignored_as_in_the_background() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _lines(child: subprocess.Popen[str]) -> list[str]:
@@ -212,10 +212,9 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
             env=_env(instance, warehouse_path, **{LOCK_TIMEOUT_ENV: "600"}),
             stderr=subprocess.PIPE,
             text=True,
-            # As in a terminal, where Ctrl-C reaches the command. A suite started in the
-            # background of a non-interactive shell (`./.ci/run &`) inherits SIGINT ignored, and
-            # Python then never turns SIGINT into KeyboardInterrupt: the waiter would not hear it.
-            preexec_fn=_sigint_as_in_a_terminal,
+            # Started as a script's background command is (`backfill-assets … &`): with SIGINT
+            # ignored. It must still answer Ctrl-C, and SIGTERM below.
+            preexec_fn=_sigint_ignored_as_in_the_background,
         )
         waiter_err = _lines(waiter)
         # It says at once that it waits, and for whom (not after start-up's guessed length).
@@ -240,6 +239,9 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
             env=_env(instance, warehouse_path, **{LOCK_TIMEOUT_ENV: "600"}),
             stderr=subprocess.PIPE,
             text=True,
+            # Dagster maps SIGTERM to SIGINT's handler: with SIGINT inherited ignored, SIGTERM
+            # was ignored too, and this `run` could only be SIGKILLed.
+            preexec_fn=_sigint_ignored_as_in_the_background,
         )
         runner_err = _lines(runner)
         _wait_for_line(runner_err, "waiting for the writer of orders_daily", 120)
