@@ -181,12 +181,6 @@ def execute_plan(
     `progress` gets every ProgressEvent (service.progress) as it happens, from this thread or
     from the thread that follows a batch's run.
     """
-    total = 0
-
-    def emit(kind: Literal["finished", "skipped"], batch: Batch, report: BatchReport) -> None:
-        if progress:
-            progress(report_event(kind, batch, total, report))
-
     plan, status = load_plan(instance, plan_id)
     if status != PlanStatus.APPROVED:
         raise ExecutionRefused(f"plan {plan_id} is {status}; only an approved plan can run")
@@ -210,6 +204,11 @@ def execute_plan(
     reports: list[BatchReport] = []
     ran = 0
     total = len(plan.batches)
+
+    def emit(kind: Literal["finished", "skipped"], batch: Batch, report: BatchReport) -> None:
+        if progress:
+            progress(report_event(kind, batch, total, report))
+
     for batch in plan.batches:
         if batch_done(instance, plan, batch):
             reports.append(

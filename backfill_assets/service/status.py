@@ -144,7 +144,7 @@ def render_grid(s: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_status(s: dict[str, Any], *, grid: bool = True) -> str:
+def render_status(s: dict[str, Any]) -> str:
     lines = [
         f"plan {s['plan_id']} ({s['target']} {s['range']}): {s['status']}"
         + (" — HALTED" if s["halted"] else ""),
@@ -172,7 +172,7 @@ def render_status(s: dict[str, Any], *, grid: bool = True) -> str:
         lines.append(
             f"  batch {b['index']:>2} {b['start']}..{b['end']}  {b['state']:<8} [{gates}]{run}"
         )
-    if grid and s["gates"]:
+    if s["gates"]:
         lines.append("gates per partition:")
         lines.extend(render_grid(s))
     if s["failed_gates"]:

@@ -211,8 +211,10 @@ def _picture(plan: BackfillPlan, tz: ZoneInfo) -> list[str]:
     for day, cells in used.items():
         row = list(base)
         for cell, batches in cells.items():
-            (only,) = batches if len(batches) == 1 else (None,)
-            row[cell] = "#" if only is None else _BATCH_MARKS[(only - 1) % len(_BATCH_MARKS)]
+            if len(batches) > 1:
+                row[cell] = "#"
+            else:
+                row[cell] = _BATCH_MARKS[(min(batches) - 1) % len(_BATCH_MARKS)]
         rows[day] = row
     scale = "".join(f"{h:02d}    " for h in range(0, 24, 3))
     out = [f"{'':10}  {scale}"]
