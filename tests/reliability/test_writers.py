@@ -14,6 +14,7 @@ Processes are real (`python -c`, the installed console scripts) and are killed w
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -58,6 +59,19 @@ def _history(wh) -> dict[dt.date, str]:
     return target_checksums(wh, HISTORY_START, HISTORY_END)
 
 
+def _ended_or_stacks(child: subprocess.Popen[str], err: list[str], timeout: float) -> None:
+    """Wait for the child; if it outlives `timeout`, fail with its threads' stacks (it runs
+    with PYTHONFAULTHANDLER, which dumps them on SIGABRT)."""
+    try:
+        child.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=10)
+        time.sleep(0.5)
+        pytest.fail(f"still running {timeout:.0f} s after the signal; stderr:\n{''.join(err)}")
+
+
 def _sigint_ignored_as_in_the_background() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
@@ -91,6 +105,7 @@ def _env(instance: dg.DagsterInstance, warehouse: Path, **extra: str) -> dict[st
         "DAGSTER_HOME": instance.root_directory,
         WAREHOUSE_ENV: str(warehouse),
         "PYTHONWARNINGS": "ignore",
+        "PYTHONFAULTHANDLER": "1",  # a hung child's stacks, on SIGABRT (_ended_or_stacks)
         **extra,
     }
 
@@ -226,7 +241,7 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
         assert cpu < 0.5, f"the waiting process used {cpu:.2f} s of CPU in 4 s: it spins"
         t0 = time.monotonic()
         waiter.send_signal(signal.SIGINT)
-        waiter.wait(timeout=15)
+        _ended_or_stacks(waiter, waiter_err, 15)
         assert time.monotonic() - t0 < 10
         err = "".join(waiter_err)
         assert waiter.returncode == 130, err
@@ -251,7 +266,7 @@ def test_a_writer_waiting_for_the_table_sleeps_answers_ctrl_c_and_gives_up_at_it
         assert cpu < 0.5, f"the waiting run used {cpu:.2f} s of CPU in 4 s: it spins"
         t0 = time.monotonic()
         runner.send_signal(signal.SIGTERM)
-        runner.wait(timeout=30)
+        _ended_or_stacks(runner, runner_err, 30)
         err = "".join(runner_err)
         assert time.monotonic() - t0 < 15
         assert runner.returncode != 0 and "Traceback" not in err, err
