@@ -753,6 +753,10 @@ def _answer_ctrl_c_and_sigterm() -> None:
 
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # A parent that ran Dagster with SIGINT ignored had its SIGTERM mapped to "ignore" too, and
+    # passes that on: a SIGTERM then has to end this command as Ctrl-C does.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
 
 
 def main(argv: list[str] | None = None) -> int:

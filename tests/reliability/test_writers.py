@@ -73,7 +73,10 @@ def _ended_or_stacks(child: subprocess.Popen[str], err: list[str], timeout: floa
 
 
 def _sigint_ignored_as_in_the_background() -> None:
+    """What a command inherits from a parent in a script's background that ran Dagster: SIGINT
+    ignored by the shell, and SIGTERM ignored because Dagster mapped it to SIGINT's handler."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _lines(child: subprocess.Popen[str]) -> list[str]:
