@@ -42,7 +42,7 @@ from bench.pg_data import (
     vacuum_analyze,
 )
 from bench.pg_reader_child import READY
-from bench.swap_scaling import summarise_swaps
+from bench.swap_scaling import summarise_swaps, swap_rounds
 
 BASE_DB = "bench_swap_base"
 SWAP_GOAL_MS = 100.0
@@ -109,22 +109,12 @@ def measure_scaling(
 ) -> tuple[dict[int, list[dict[str, float]]], list[dict[str, Any]]]:
     """The swap and rollback samples per history factor, and each round's load."""
     r0, r1 = _range(ctx)
-    lo, hi = ctx.size.swap_history_factors
-    samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
-    rounds: list[dict[str, Any]] = []
-    for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
-        with ctx.load.span() as span:
-            for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
-                s = swap_once(urls[factor], r0, r1, f"pgswap_{factor}x_r{rnd}")
-                samples[factor].append(s)
-                print(
-                    f"  postgres swap round {rnd + 1}: {factor}x swap "
-                    f"{s['swap_s'] * 1000:.0f} ms, rollback {s['rollback_s'] * 1000:.0f} ms",
-                    flush=True,
-                )
-        rounds.append(round_load(rnd, [span]))
-        print_noisy(f"postgres swap round {rnd + 1}", rounds[-1])
-    return samples, rounds
+    return swap_rounds(
+        ctx,
+        ctx.size.swap_history_factors,
+        lambda factor, rnd: swap_once(urls[factor], r0, r1, f"pgswap_{factor}x_r{rnd}"),
+        "postgres swap",
+    )
 
 
 # -- (ii) readers during swaps -----------------------------------------------------------------

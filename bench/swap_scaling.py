@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,33 @@ def swap_once(path: Path, r0: dt.date, r1: dt.date, plan_id: str) -> dict[str, f
     }
 
 
+def swap_rounds(
+    ctx: BenchContext,
+    factors: tuple[int, int],
+    swap: Callable[[int, int], dict[str, float]],
+    label: str,
+) -> tuple[dict[int, list[dict[str, float]]], list[dict[str, Any]]]:
+    """Timed rounds of `swap(factor, round)` (a swap and its rollback) for both history
+    factors, their order alternating between rounds; the samples per factor and each round's
+    load. Shared by the DuckDB and PostgreSQL swap measures."""
+    lo, hi = factors
+    samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
+    rounds: list[dict[str, Any]] = []
+    for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
+        with ctx.load.span() as span:
+            for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
+                s = swap(factor, rnd)
+                samples[factor].append(s)
+                print(
+                    f"  {label} round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} ms, "
+                    f"rollback {s['rollback_s'] * 1000:.0f} ms",
+                    flush=True,
+                )
+        rounds.append(round_load(rnd, [span]))
+        print_noisy(f"{label} round {rnd + 1}", rounds[-1])
+    return samples, rounds
+
+
 def run(ctx: BenchContext) -> dict[str, Any]:
     r0, r1 = _range(ctx)
     lo, hi = ctx.size.swap_history_factors
@@ -142,20 +170,12 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         add_history(paths[factor], r0, factor * ctx.size.swap_weeks)
         facts[factor] = _table_facts(paths[factor])
     build_s = time.perf_counter() - t0
-    samples: dict[int, list[dict[str, float]]] = {lo: [], hi: []}
-    rounds: list[dict[str, Any]] = []
-    for rnd in range(max(ctx.repeats, ctx.size.swap_rounds_min)):
-        with ctx.load.span() as span:
-            for factor in (lo, hi) if rnd % 2 == 0 else (hi, lo):
-                s = swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}")
-                samples[factor].append(s)
-                print(
-                    f"  swap_scaling round {rnd + 1}: {factor}x swap {s['swap_s'] * 1000:.0f} "
-                    f"ms, rollback {s['rollback_s'] * 1000:.0f} ms",
-                    flush=True,
-                )
-        rounds.append(round_load(rnd, [span]))
-        print_noisy(f"swap_scaling round {rnd + 1}", rounds[-1])
+    samples, rounds = swap_rounds(
+        ctx,
+        (lo, hi),
+        lambda factor, rnd: swap_once(paths[factor], r0, r1, f"swap_{factor}x_r{rnd}"),
+        "swap_scaling",
+    )
     out = summarise_swaps(samples, rounds, (lo, hi))
     for f in (lo, hi):
         out["variants"][f"{f}x"] = {**facts[f], **out["variants"][f"{f}x"]}
