@@ -366,6 +366,7 @@ def cmd_list(a: argparse.Namespace) -> int:
 
 
 def _swap_like(a: argparse.Namespace, kind: str) -> int:
+    from backfill_assets.cli.output import Refreshed, SwapOut, dump
     from backfill_assets.constants import rollback_job, swap_job, swap_run_config
     from backfill_assets.errors import SwapRefused
     from backfill_assets.lib.states import PlanStatus
@@ -418,8 +419,6 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
     if not result.success:
         error = run_error(result)
         raise BackfillError(error[1] if error else f"{kind} failed; see {log}")
-    from backfill_assets.cli.output import Refreshed, SwapOut, dump
-
     mats = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
     impacted = [i.asset_key for i in plan.impact]
 
