@@ -61,13 +61,31 @@ M = METADATA_SCHEMA
 BOUND = "backfill_week_bound"  # the CHECK constraint every week table carries
 MAX_IDENT = 63  # PostgreSQL truncates longer identifiers
 PLAN_ID_LEN = 12
-# The row hash of checksums and fingerprints: order-independent over a partition.
-ROW_HASH = "hashtextextended(({cols})::text, 0)"
+# The row hash of checksums and fingerprints, XORed over a partition (order-independent): each
+# column's own hash function, about twice as fast as hashing the row's text.
+ROW_HASH = "hash_record_extended({cols}, 0)"
 EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 
 
-def _row_hash(columns: Sequence[str], prefix: str = "") -> str:
-    cols = ", ".join(f"{prefix}{quote_ident(c)}" for c in columns)
+# Types whose values hash_record_extended can hash (they have a hash operator class); any other
+# column (json, xml, geometric types, ...) is hashed as its text.
+_HASHABLE = frozenset(
+    "BIGINT INT8 INTEGER INT INT4 SMALLINT INT2 TINYINT HUGEINT DECIMAL NUMERIC REAL FLOAT FLOAT4 "
+    "FLOAT8 DOUBLE TEXT VARCHAR CHAR STRING DATE TIMESTAMP TIMESTAMPTZ TIME TIMETZ INTERVAL "
+    "BOOLEAN BOOL UUID BYTEA BLOB JSONB".split()
+)
+
+
+def hashable(spec: TableSpec, column: str, prefix: str = "") -> str:
+    """`column` as a row hash takes it: itself, or its text when its type has no hash."""
+    sql_type = next((c.sql_type for c in spec.columns if c.name == column), "")
+    base = sql_type.split("(")[0].split()[0].upper() if sql_type.strip() else ""
+    ref = f"{prefix}{quote_ident(column)}"
+    return ref if base in _HASHABLE and "[" not in sql_type else f"({ref})::text"
+
+
+def _row_hash(spec: TableSpec, columns: Sequence[str], prefix: str = "") -> str:
+    cols = ", ".join(hashable(spec, c, prefix) for c in columns)
     return ROW_HASH.format(cols=f"ROW({cols})")
 
 
@@ -304,6 +322,12 @@ class PostgresWarehouse:
                     f"CREATE INDEX IF NOT EXISTS {quote_ident(base + '__key')} "
                     f"ON {self._q(base)} ({column_list(spec.primary_key)})",
                 )
+                # A week holds seven days: a reader of one day reads its index, not the week.
+                _x(
+                    con,
+                    f"CREATE INDEX IF NOT EXISTS {quote_ident(base + '__day')} "
+                    f"ON {self._q(base)} ({pc})",
+                )
         self._refuse_unpartitioned(con, spec)
 
     def _refuse_unpartitioned(self, con: Connection, spec: TableSpec) -> None:
@@ -508,7 +532,7 @@ class PostgresWarehouse:
         pc = quote_ident(spec.partition_column)
         rows = _x(
             con,
-            f"SELECT {pc}, count(*), bit_xor({_row_hash(spec.column_names)}) "
+            f"SELECT {pc}, count(*), bit_xor({_row_hash(spec, spec.column_names)}) "
             f"FROM {self._q(relation)} WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1",
             {"s": start, "e": end},
         ).fetchall()

@@ -1,9 +1,11 @@
 """Everything the gates of one batch need from PostgreSQL: the queries of duckdb_gates, in
 PostgreSQL's dialect, on one connection; `gate_assembly` turns their rows into `GateInputs`.
 
-Row hashes are `hashtextextended(ROW(...)::text, 0)`; a key is sampled when the hash of the key
-and "<plan>:<day>", mapped to [0, 1), falls below n/rows of its partition: reproducible, about n
-per partition, without sorting the week.
+Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, about
+twice as fast as hashing the row's text. A key is sampled when the hash of (key, day), seeded by
+the plan, mapped to [0, 1), falls below n/rows of its partition: reproducible, about n per
+partition, without sorting the week. The rows per partition come from the shadow's scan, so the
+sample reads the shadow once more and the target only at the sampled keys.
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ from backfill_assets.lib.warehouse.predicates import render_predicate
 if TYPE_CHECKING:
     from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 
-from backfill_assets.lib.warehouse.postgres_adapter import _x
+from backfill_assets.lib.warehouse.postgres_adapter import _x, hashable
 
 _TWO_63 = "9223372036854775808.0"
 _TWO_64 = "18446744073709551616.0"
 
 
-def _hash(exprs: list[str]) -> str:
-    return f"hashtextextended((ROW({', '.join(exprs)}))::text, 0)"
+def _hash(exprs: list[str], seed: str = "0") -> str:
+    return f"hash_record_extended(ROW({', '.join(exprs)}), {seed})"
 
 
 def _pg(sql: str) -> str:
@@ -59,7 +61,7 @@ def gate_inputs(
     shadow, live = wh._q(spec.shadow_name), wh._q(spec.name)
     rng = {"s": start, "e": end}
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
-    fp_cols = [quote_ident(c) for c in (*spec.primary_key, *unchanged)]
+    fp_cols = [hashable(spec, c) for c in (*spec.primary_key, *unchanged)]
     fingerprint = f", bit_xor({_hash(fp_cols)})" if full_compare and unchanged else ", NULL"
     distinct_pk = pk[0] if len(pk) == 1 else f"ROW({', '.join(pk)})"
 
@@ -94,12 +96,14 @@ def gate_inputs(
                 rng,
             ).fetchall():
                 source_rows[day] = n
-        # 4. The sample of every partition, joined to the target on the key, in one query.
+        # 4. The sample of every partition, joined to the target on the key, in one query; the
+        # share to take of each partition is n / its rows (from query 1).
         ok_cols = "".join(
             f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values())
         )
-        seed = f"%(plan)s || ':' || to_char(x.{pc}, 'YYYY-MM-DD')"
-        key_hash = _hash([*(f"x.{k}" for k in pk), seed])
+        share = {row[0]: min(1.0, sample_size / row[1]) for row in shadow_stats if row[1]}
+        keys = [hashable(spec, c, "x.") for c in (*spec.primary_key, spec.partition_column)]
+        key_hash = _hash(keys, "hashtextextended(%(plan)s, 0)")
         join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = s.{pc}"
         key_tuple = pk[0] if len(pk) == 1 else f"({', '.join(pk)})"
         flags = [f"t.{pk[0]} IS NULL AS __missing"]
@@ -111,19 +115,18 @@ def gate_inputs(
         shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
         cur = _x(
             con,
-            f"WITH c AS (SELECT {pc}, count(*) AS __n FROM {shadow} "
-            f"WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1), "
-            f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c USING ({pc}) "
+            f"WITH c AS (SELECT * FROM unnest(%(days)s::date[], %(share)s::float8[]) "
+            f"AS c(__day, __share)), "
+            f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c ON x.{pc} = c.__day "
             f"WHERE x.{pc} >= %(s)s AND x.{pc} < %(e)s "
-            f"AND ({key_hash}::float8 + {_TWO_63}) / {_TWO_64} "
-            "< least(1.0, %(n)s::float8 / c.__n)), "
+            f"AND ({key_hash}::float8 + {_TWO_63}) / {_TWO_64} < c.__share), "
             f"t AS (SELECT * FROM {live} WHERE {pc} >= %(s)s AND {pc} < %(e)s "
             f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
             f"SELECT {shown}, {', '.join(flags)}"
             + "".join(f", __ok{i}" for i in range(len(preds)))
             + f" FROM s LEFT JOIN t ON {join} ORDER BY s.{pc}, "
             + ", ".join("s." + k for k in pk),
-            {**rng, "plan": plan_id, "n": sample_size},
+            {**rng, "plan": plan_id, "days": list(share), "share": list(share.values())},
         )
         names = [d.name for d in cur.description or []]
         sampled_rows = cur.fetchall()
