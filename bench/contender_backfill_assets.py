@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from backfill_assets.example.declaration import ORDERS, ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
+from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import days, iso_weeks
 from backfill_assets.lib.gates.evaluate import evaluate_gates
 from backfill_assets.lib.warehouse.base import Warehouse
@@ -134,6 +134,7 @@ def _plan_execute_swap(
     import dagster as dg
 
     from backfill_assets.constants import ROLE_SWAP, swap_job, swap_run_config
+    from backfill_assets.example.declaration import ORDERS
     from backfill_assets.example.definitions import example_definitions
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.warehouse.connect import open_warehouse

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from backfill_assets.constants import SAMPLE_CHECK, WEEK_INFIX
-from backfill_assets.example.declaration import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
+from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.gates.evaluate import GateOutcome, evaluate_gates
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse

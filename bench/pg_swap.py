@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backfill_assets.example import orders as o
-from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.lib.dates import days
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench.config import PYTHON, REPO_DIR, BenchContext

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from backfill_assets.example import orders as o
-from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.example.throwaway_postgres import (
     PostgresUnavailable,
     binaries_dir,

@@ -24,8 +24,8 @@ from typing import Any
 import duckdb
 
 from backfill_assets.example import orders as o
-from backfill_assets.example.declaration import ORDERS_SPEC
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_BUILD
+from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.lib.dates import days
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from bench import plain

@@ -1,4 +1,8 @@
-"""The example's one declaration: `orders_daily` is backfillable."""
+"""The example's one declaration: `orders_daily` is backfillable.
+
+Its physical description and criteria (`ORDERS_SPEC`, `ORDERS_CRITERIA`) are plain data in
+`backfill_assets.example.spec`, re-exported here, so the warehouse-level path imports no Dagster.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,9 @@ import datetime as dt
 
 import dagster as dg
 
-from backfill_assets import (
-    BackfillableTable,
-    ChangedColumn,
-    Column,
-    Criteria,
-    Invariant,
-    RowCountCriterion,
-    SampleCriterion,
-    SourceRef,
-    TableSpec,
-)
+from backfill_assets import BackfillableTable
 from backfill_assets.example import orders as o
+from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 
 # One partitions definition for the whole example; every module imports it from here.
 DAILY = dg.DailyPartitionsDefinition(start_date="2025-01-01", timezone="UTC")
@@ -25,44 +20,6 @@ DAILY = dg.DailyPartitionsDefinition(start_date="2025-01-01", timezone="UTC")
 WEEKLY = dg.WeeklyPartitionsDefinition(start_date="2024-12-30", day_offset=1, timezone="UTC")
 
 DAILY_JOB = "orders_daily_job"
-
-ORDERS_SPEC = TableSpec(
-    name="orders_daily",
-    columns=tuple(Column(n, t) for n, t in o.ORDERS_DAILY_COLUMNS),
-    partition_column="order_date",
-    primary_key=("order_id",),
-    source=SourceRef(o.RAW_ORDERS, "order_date"),
-)
-
-ORDERS_CRITERIA = Criteria(
-    row_count=RowCountCriterion(compare_to=("source", "target"), tolerance_pct=0.0),
-    sample=SampleCriterion(
-        size=200,
-        unchanged_columns=(
-            "order_date",
-            "ordered_at",
-            "customer_id",
-            "country",
-            "currency",
-            "gross_amount",
-            "discount_amount",
-            "tax_amount",
-            "net_amount",
-            "status",
-            "is_cancelled",
-        ),
-        changed_columns=(
-            ChangedColumn("fx_rate", "fx_rate > 0"),
-            ChangedColumn("net_revenue_usd", "net_revenue_usd = round(net_amount * fx_rate, 2)"),
-        ),
-    ),
-    invariants=(
-        Invariant("order_id_not_null", "order_id is not null"),
-        Invariant("net_amount_non_negative", "net_amount >= 0"),
-        Invariant("revenue_non_negative", "net_revenue_usd >= 0"),
-        Invariant("known_status", "status in ('placed', 'shipped', 'cancelled', 'refunded')"),
-    ),
-)
 
 # The idle window of the plan proposed when someone launches a backfill of orders_daily from the
 # UI: clear of the daily run at 01:00 UTC and its margins.
