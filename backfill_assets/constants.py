@@ -46,6 +46,8 @@ GATE_NAMES = (ROW_COUNT_CHECK, SAMPLE_CHECK, INVARIANTS_CHECK)
 SHADOW_SUFFIX = "__shadow"
 BACKUP_INFIX = "__backup__"
 WEEK_INFIX = "__w"
+# PostgreSQL: the ISO-year table between the target and its weeks (orders_daily__y2026).
+YEAR_INFIX = "__y"
 TEMPLATE_SUFFIX = "__template"
 METADATA_SCHEMA = "backfill_meta"
 

@@ -97,3 +97,121 @@ def test_your_own_indexes_on_the_target_are_on_the_shadow_weeks_before_the_swap(
     assert indexes(week) == ours
     wh.swap(ORDERS.spec, "pi", [D(2026, 1, 5) + dt.timedelta(days=i) for i in range(7)])
     assert indexes("orders_daily__w2026w02") == ours
+
+
+def _tree(wh: PostgresWarehouse, table: str) -> dict[str, str]:
+    """Every week table under `table`, with the table it is attached to."""
+    rows = wh.query(
+        "select c.relname, p.relname from pg_partition_tree($t::regclass) t "
+        "join pg_class c on c.oid = t.relid join pg_class p on p.oid = t.parentrelid "
+        "where t.isleaf and t.level > 0",
+        {"t": f"{wh.schema}.{table}"},
+    )
+    return dict(rows)
+
+
+def _days(start: dt.date, end: dt.date) -> list[dt.date]:
+    return [start + dt.timedelta(days=i) for i in range((end - start).days)]
+
+
+def test_target_weeks_sit_under_their_iso_year_so_a_swap_costs_the_same_with_years_of_history(
+    postgres_url,
+):
+    """Weeks attach to their ISO year's table (orders_daily__y2025), not to the target: a swap
+    changes one year's list of weeks, whatever the history. Readers still query one table, and a
+    swap and its rollback across a year boundary put every week back under its own year."""
+    from backfill_assets.example import orders as o
+    from backfill_assets.example.sources import land_fx_rates, land_raw_orders
+
+    wh = open_warehouse(postgres_url)
+    assert isinstance(wh, PostgresWarehouse)
+    start, end = D(2025, 12, 22), D(2026, 1, 12)  # ISO weeks 2025-W52, 2026-W01, 2026-W02
+    land_fx_rates(wh)
+    land_raw_orders(wh, start, end, 10)
+    wh.replace_partitions(ORDERS.spec, start, end, build=o.ORDERS_DAILY_SQL_V1)
+    expected = {
+        "orders_daily__w2025w52": "orders_daily__y2025",
+        "orders_daily__w2026w01": "orders_daily__y2026",
+        "orders_daily__w2026w02": "orders_daily__y2026",
+    }
+    assert _tree(wh, "orders_daily") == expected
+    assert wh.live_week_count(ORDERS.spec) == 3
+    before = wh.checksums(ORDERS.spec, start, end)
+
+    assert wh.claim_plan(ORDERS.spec.name, "py") == "py"
+    wh.replace_partitions(
+        ORDERS.spec, start, end, build=o.ORDERS_DAILY_SQL, shadow=True, plan_id="py"
+    )  # fmt: skip
+    assert wh.swap(ORDERS.spec, "py", _days(start, end)).action == "swapped"
+    assert _tree(wh, "orders_daily") == expected
+    assert wh.checksums(ORDERS.spec, start, end) != before
+    assert wh.query("select count(*) from orders_daily where order_date = $d", {"d": start})[0][0]
+    assert wh.rollback(ORDERS.spec, "py").action == "rolled_back"
+    assert _tree(wh, "orders_daily") == expected
+    assert wh.checksums(ORDERS.spec, start, end) == before
+
+
+def test_a_target_whose_weeks_were_attached_directly_keeps_working(postgres_url):
+    """A target laid out before the ISO-year level (weeks attached to the target itself) is
+    swapped and rolled back as it is: new weeks join the old ones directly, nothing is moved."""
+    from backfill_assets.example import orders as o
+    from backfill_assets.example.sources import land_fx_rates, land_raw_orders
+
+    wh = open_warehouse(postgres_url)
+    assert isinstance(wh, PostgresWarehouse)
+    spec = ORDERS.spec
+    wh.ensure_table(spec)
+    week = D(2026, 1, 5)
+    wh.execute(
+        "create table orders_daily__w2026w02 (like orders_daily including defaults including "
+        "indexes, constraint backfill_week_bound check (order_date is not null and order_date "
+        ">= '2026-01-05' and order_date < '2026-01-12'))"
+    )
+    wh.execute(
+        "alter table orders_daily attach partition orders_daily__w2026w02 "
+        "for values from ('2026-01-05') to ('2026-01-12')"
+    )
+    land_fx_rates(wh)
+    land_raw_orders(wh, week, D(2026, 1, 19), 10)
+    wh.replace_partitions(spec, week, D(2026, 1, 19), build=o.ORDERS_DAILY_SQL_V1)
+    flat = {"orders_daily__w2026w02": "orders_daily", "orders_daily__w2026w03": "orders_daily"}
+    assert _tree(wh, "orders_daily") == flat
+    before = wh.checksums(spec, week, D(2026, 1, 19))
+    assert wh.claim_plan(spec.name, "pf") == "pf"
+    wh.replace_partitions(
+        spec, week, D(2026, 1, 19), build=o.ORDERS_DAILY_SQL, shadow=True, plan_id="pf"
+    )  # fmt: skip
+    assert wh.swap(spec, "pf", _days(week, D(2026, 1, 19))).action == "swapped"
+    assert _tree(wh, "orders_daily") == flat
+    assert wh.rollback(spec, "pf").action == "rolled_back"
+    assert _tree(wh, "orders_daily") == flat
+    assert wh.checksums(spec, week, D(2026, 1, 19)) == before
+
+
+def test_columns_without_a_hash_function_are_checksummed_by_their_text(postgres_url):
+    """Checksums and gate fingerprints hash each column with its own hash function; a type that
+    has none (json here) is hashed as its text, so such a table is written, checksummed and
+    gated like any other, and a change in that column changes its checksum."""
+    import pandas as pd
+
+    from backfill_assets.lib.spec import Column, TableSpec
+
+    spec = TableSpec(
+        name="events_daily",
+        columns=(Column("event_id", "BIGINT"), Column("day", "DATE"), Column("payload", "JSON")),
+        partition_column="day",
+        primary_key=("event_id",),
+    )
+    wh = open_warehouse(postgres_url)
+    day = D(2026, 3, 2)
+
+    def frame(payload: str) -> pd.DataFrame:
+        return pd.DataFrame(
+            {"event_id": [1, 2], "day": [day, day], "payload": ['{"a": 1}', payload]}
+        )
+
+    wh.replace_partitions(spec, day, day + dt.timedelta(days=1), build=frame('{"b": 2}'))
+    first = wh.checksums(spec, day, day + dt.timedelta(days=1))
+    assert first[day].startswith("2:")
+    wh.replace_partitions(spec, day, day + dt.timedelta(days=1), build=frame('{"b": 3}'))
+    assert wh.checksums(spec, day, day + dt.timedelta(days=1)) != first

@@ -3,9 +3,11 @@
 Layout for a table `orders_daily` (in the URL's schema, `public` unless `?schema=` says otherwise):
 
 - `orders_daily`: `PARTITION BY RANGE (order_date)`, one ordinary table readers query (partition
-  pruning on the date, no view); a non-unique index on the primary key columns.
-- `orders_daily__w2026w03`: its partition for ISO week 2026-W03, with a CHECK constraint equal
-  to the partition bound (so DETACH/ATTACH never needs a validation scan).
+  pruning on the date, no view); non-unique indexes on the primary key columns and on the date.
+- `orders_daily__y2026`: its partition for ISO year 2026, partitioned by range in turn, so that
+  attaching or detaching a week changes one year's list of weeks, whatever the history.
+- `orders_daily__w2026w03`: the partition of that year for ISO week 2026-W03, with a CHECK
+  constraint equal to the partition bound (so DETACH/ATTACH never needs a validation scan).
 - `orders_daily__shadow` and its partitions `orders_daily__shadow__w2026w03`: what a backfill
   writes, built the same way.
 - `orders_daily__backup__<plan>__w2026w03`: live weeks a swap detached, until released.
@@ -39,7 +41,7 @@ import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import TupleRow
 
-from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, WEEK_INFIX
+from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, WEEK_INFIX, YEAR_INFIX
 from backfill_assets.errors import InvalidInput, SwapRefused, WarehouseError
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id, week_monday
 from backfill_assets.lib.spec import TableSpec
@@ -69,11 +71,12 @@ EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 
 # Types whose values hash_record_extended can hash (they have a hash operator class); any other
 # column (json, xml, geometric types, ...) is hashed as its text.
-_HASHABLE = frozenset(
+_HASHABLE_TYPES = (
     "BIGINT INT8 INTEGER INT INT4 SMALLINT INT2 TINYINT HUGEINT DECIMAL NUMERIC REAL FLOAT FLOAT4 "
     "FLOAT8 DOUBLE TEXT VARCHAR CHAR STRING DATE TIMESTAMP TIMESTAMPTZ TIME TIMETZ INTERVAL "
-    "BOOLEAN BOOL UUID BYTEA BLOB JSONB".split()
+    "BOOLEAN BOOL UUID BYTEA BLOB JSONB"
 )
+_HASHABLE = frozenset(_HASHABLE_TYPES.split())
 
 
 def hashable(spec: TableSpec, column: str, prefix: str = "") -> str:
@@ -221,13 +224,62 @@ class PostgresWarehouse:
         return out
 
     def _attached(self, con: Connection, parent: str) -> set[str]:
+        """The week tables under `parent`, directly or through its ISO-year tables."""
         rows = _x(
             con,
-            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = to_regclass(%(p)s)",
+            "SELECT c.relname FROM pg_partition_tree(to_regclass(%(p)s)) t "
+            "JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf AND t.level > 0",
             {"p": self._q(parent)},
         ).fetchall()
         return {r[0] for r in rows}
+
+    @staticmethod
+    def _year_table(spec: TableSpec, monday: dt.date) -> str:
+        return validate_ident(f"{spec.name}{YEAR_INFIX}{monday.isocalendar()[0]}", "year table")
+
+    def _week_parent(self, con: Connection, spec: TableSpec, monday: dt.date) -> str:
+        """Where a week of the target attaches: its ISO year's table, created on first use, so
+        that attaching and detaching a week costs the same whatever the years of history (each
+        changes one year's list of at most 53 weeks, not the list of every week). A target whose
+        weeks were attached to it directly (before the year level) keeps them that way."""
+        year = self._year_table(spec, monday)
+        if self._exists(con, year):
+            return year
+        flat = _x(
+            con,
+            "SELECT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(%(t)s) AND c.relkind = 'r')",
+            {"t": self._q(spec.name)},
+        ).fetchone()
+        if flat and flat[0]:
+            return spec.name
+        iso_year = monday.isocalendar()[0]
+        y0 = dt.date.fromisocalendar(iso_year, 1, 1)
+        y1 = dt.date.fromisocalendar(iso_year + 1, 1, 1)
+        # Created standalone, then attached: CREATE ... PARTITION OF would block readers.
+        _x(
+            con,
+            f"CREATE TABLE {self._q(year)} (LIKE {self._q(spec.name)} INCLUDING DEFAULTS "
+            f"INCLUDING INDEXES) PARTITION BY RANGE ({quote_ident(spec.partition_column)})",
+        )
+        _x(
+            con,
+            f"ALTER TABLE {self._q(spec.name)} ATTACH PARTITION {self._q(year)} "
+            f"FOR VALUES FROM ('{y0}') TO ('{y1}')",
+        )
+        return year
+
+    def _parent_of(self, con: Connection, name: str) -> str:
+        """The table `name` is attached to (a year table, the target, or the shadow)."""
+        row = _x(
+            con,
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhparent "
+            "WHERE i.inhrelid = to_regclass(%(n)s)",
+            {"n": self._q(name)},
+        ).fetchone()
+        if row is None:
+            raise WarehouseError(f"{self.schema}.{name} is not attached to any table")
+        return str(row[0])
 
     def _exists(self, con: Connection, name: str) -> bool:
         row = _x(con, "SELECT to_regclass(%(n)s) IS NOT NULL", {"n": self._q(name)}).fetchone()
@@ -368,6 +420,8 @@ class PostgresWarehouse:
             f"CONSTRAINT {BOUND} CHECK ({pc} IS NOT NULL AND {pc} >= '{monday}'::date "
             f"AND {pc} < '{nxt}'::date))",
         )
+        if parent == spec.name:
+            parent = self._week_parent(con, spec, monday)
         self._attach(con, parent, name, monday)
         return name
 
@@ -702,12 +756,12 @@ class PostgresWarehouse:
                 monday = week_monday(wdays[0])
                 self._detach(con, spec.shadow_name, shadow[week])
                 if week in live:
-                    self._detach(con, spec.name, live[week])
+                    self._detach(con, self._parent_of(con, live[week]), live[week])
                     backup = self._week_table(backup_base, monday)
                     _x(con, f"ALTER TABLE {self._q(live[week])} RENAME TO {quote_ident(backup)}")
                 name = self._week_table(spec.name, monday)
                 _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {quote_ident(name)}")
-                self._attach(con, spec.name, name, monday)
+                self._attach(con, self._week_parent(con, spec, monday), name, monday)
         return partitions, len(by_week)
 
     def _state(self, con: Connection, key: str, plan_id: str) -> str | None:
@@ -891,11 +945,11 @@ class PostgresWarehouse:
             for _, cur, bk, r0 in moves:
                 monday = week_monday(r0)
                 if cur:
-                    self._detach(con, spec.name, cur)
+                    self._detach(con, self._parent_of(con, cur), cur)
                     _x(con, f"DROP TABLE {self._q(cur)}")
                 name = self._week_table(spec.name, monday)
                 _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {quote_ident(name)}")
-                self._attach(con, spec.name, name, monday)
+                self._attach(con, self._week_parent(con, spec, monday), name, monday)
         return partitions, len(log)
 
     # -- coordination: the writer lease and the plan that holds each table ---------------------
