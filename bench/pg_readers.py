@@ -24,7 +24,7 @@ from typing import Any, LiteralString, cast
 import psycopg
 
 from backfill_assets.example import orders as o
-from backfill_assets.example.declaration import ORDERS_SPEC
+from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench.config import BenchContext
 from bench.load import (
@@ -73,6 +73,13 @@ SHAPES: dict[str, tuple[str, str, bool]] = {
         "full-scan aggregate by country",
         "SELECT country, count(*), sum(net_revenue_usd) FROM {t} GROUP BY country",
         True,
+    ),
+    # The same query with PostgreSQL's JIT on (its default; the server here has it off, as
+    # docs/deploy.md advises for partitioned tables): JIT compiles each partition's scan.
+    "full_scan_aggregate_jit_on": (
+        "full-scan aggregate by country, jit = on",
+        "SELECT country, count(*), sum(net_revenue_usd) FROM {t} GROUP BY country",
+        False,
     ),
     "week_self_join": (
         "one week joined to itself (customers ordering on consecutive days)",
@@ -143,10 +150,18 @@ def _params(shape: str, run: int, first: dt.date, last: dt.date, rows_per_day: i
     return {}
 
 
-def _time(con: psycopg.Connection[Any], sql: str, params: dict) -> float:
+def _jit(shape: str) -> bool:
+    return shape.endswith("_jit_on")
+
+
+def _time(con: psycopg.Connection[Any], sql: str, params: dict, jit: bool = False) -> float:
+    if jit:
+        con.execute("SET jit = on")
     t0 = time.perf_counter()
     rows = con.execute(cast("LiteralString", sql), params).fetchall()
     elapsed = time.perf_counter() - t0
+    if jit:
+        con.execute("RESET jit")
     if not rows:
         raise BenchError(f"reader query returned nothing: {sql} {params}")
     return elapsed
@@ -168,7 +183,7 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as con:
         for shape, (_, sql, _) in SHAPES.items():  # warm both tables' caches once
             for table in TABLES.values():
-                _time(con, sql.format(t=table), _params(shape, 0, first, last, 1))  # key n=0
+                _time(con, sql.format(t=table), _params(shape, 0, first, last, 1), _jit(shape))
         for rnd in range(rounds):
             with ctx.load.span() as span:
                 for shape, (_, sql, _) in SHAPES.items():
@@ -178,7 +193,8 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
                         params = _params(shape, run_no, first, last, size.pg_reader_rows_per_day)
                         order = list(TABLES) if run_no % 2 == 0 else list(TABLES)[::-1]
                         for name in order:
-                            times[name].append(_time(con, sql.format(t=TABLES[name]), params))
+                            query = sql.format(t=TABLES[name])
+                            times[name].append(_time(con, query, params, _jit(shape)))
                     for name in TABLES:
                         per_round[shape][name].append(median(times[name]))
             loads.append(round_load(rnd, [span]))

@@ -30,6 +30,7 @@ PG_SHAPES = (
     "one_day_count",
     "key_lookup",
     "full_scan_aggregate",
+    "full_scan_aggregate_jit_on",
     "week_self_join",
 )
 
