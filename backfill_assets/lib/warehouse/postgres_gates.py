@@ -35,6 +35,22 @@ def _hash(exprs: list[str], seed: str = "0") -> str:
     return f"hash_record_extended(ROW({', '.join(exprs)}), {seed})"
 
 
+_INTEGER_TYPES = frozenset({"BIGINT", "INT8", "INTEGER", "INT", "INT4", "SMALLINT", "INT2"})
+
+
+def _key_hash(spec: TableSpec, pc: str) -> str:
+    """The sampling hash of a shadow row `x`: of its key and day, seeded by the plan. A single
+    integer key is hashed by itself with the day in the seed (cheaper than a record's hash)."""
+    seed = "hashtextextended(%(plan)s, 0)"
+    pk = spec.primary_key
+    types = {c.name: c.sql_type.split("(")[0].strip().upper() for c in spec.columns}
+    if len(pk) == 1 and types.get(pk[0]) in _INTEGER_TYPES:
+        day = f"(x.{pc} - DATE '2000-01-01')::bigint"
+        return f"hashint8extended(x.{quote_ident(pk[0])}::bigint, {seed} # {day})"
+    keys = [hashable(spec, c, "x.") for c in (*pk, spec.partition_column)]
+    return _hash(keys, seed)
+
+
 def _pg(sql: str) -> str:
     return sql.replace("%", "%%")
 
@@ -71,10 +87,15 @@ def gate_inputs(
     inv_aggs = "".join(
         f", count(*) FILTER (WHERE NOT coalesce(({invs[n]}), false))" for n in inv_names
     )
-    # 1. One scan of the shadow: rows, duplicate keys, invariant violations, fingerprint.
+    # 1. One scan of the shadow: rows, invariant violations, fingerprint; and its duplicate keys
+    # apart (a DISTINCT count sorts, and would hold the scan back).
     shadow_sql = (
-        f"SELECT {pc}, count(*), count(*) - count(DISTINCT {distinct_pk}){fingerprint}"
-        f"{inv_aggs} FROM {shadow} WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1"
+        f"SELECT {pc}, count(*){fingerprint}{inv_aggs} FROM {shadow} "
+        f"WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1"
+    )
+    dups_sql = (
+        f"SELECT {pc}, count(*) - count(DISTINCT {distinct_pk}) FROM {shadow} "
+        f"WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1"
     )
     # 2. One scan of the target: rows and the same fingerprint.
     live_sql = (
@@ -93,10 +114,8 @@ def gate_inputs(
     # to take of a partition is n / the rows its shadow write recorded, so that this query need
     # not wait for query 1.
     ok_cols = "".join(f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values()))
-    keys = [hashable(spec, c, "x.") for c in (*spec.primary_key, spec.partition_column)]
-    key_hash = _hash(keys, "hashtextextended(%(plan)s, 0)")
+    key_hash = _key_hash(spec, pc)
     join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = s.{pc}"
-    key_tuple = pk[0] if len(pk) == 1 else f"({', '.join(pk)})"
     flags = [f"t.{pk[0]} IS NULL AS __missing"]
     flags += [
         f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)} AS __diff{i}"
@@ -111,30 +130,35 @@ def gate_inputs(
         "AND partition_date >= %(s)s AND partition_date < %(e)s), "
         f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c ON x.{pc} = c.__day "
         f"WHERE x.{pc} >= %(s)s AND x.{pc} < %(e)s "
-        f"AND ({key_hash}::float8 + {_TWO_63}) / {_TWO_64} < c.__share), "
-        f"t AS (SELECT * FROM {live} WHERE {pc} >= %(s)s AND {pc} < %(e)s "
-        f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
+        f"AND ({key_hash}::float8 + {_TWO_63}) / {_TWO_64} < c.__share) "
         f"SELECT {shown}, {', '.join(flags)}"
         + "".join(f", __ok{i}" for i in range(len(preds)))
-        + f" FROM s LEFT JOIN t ON {join} ORDER BY s.{pc}, "
-        + ", ".join("s." + k for k in pk)
+        # Each sampled key looked up in the target's index: the target's weeks are pruned by the
+        # range (an IN over the sample, planned on the unanalyzed shadow, rescanned it per row).
+        + f" FROM s LEFT JOIN {live} t ON {join} AND t.{pc} >= %(s)s AND t.{pc} < %(e)s "
+        f"ORDER BY s.{pc}, " + ", ".join("s." + k for k in pk)
     )
     sample_params = {**rng, "plan": plan_id, "n": sample_size, "t": wh._key(spec.name)}
 
     def fetch(sql: str, params: Mapping[str, Any]) -> tuple[list[str], list[tuple]]:
         with wh.connect(read_only=True) as con:
+            # The queries already run side by side: parallel workers would only contend.
+            _x(con, "SET max_parallel_workers_per_gather = 0")
             cur = _x(con, sql, params)
             return [d.name for d in cur.description or []], cur.fetchall()
 
-    # The four queries are independent (each reads committed data, as on one autocommit
-    # connection): each on its own connection, side by side, so the gates use the server's cores
-    # while the write they check used one.
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="gates") as pool:
+    # The queries are independent (each reads committed data, as on one autocommit connection):
+    # each on its own connection, side by side, so the gates use the server's cores while the
+    # write they check used one.
+    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="gates") as pool:
         shadow_job = pool.submit(fetch, shadow_sql, rng)
+        dups_job = pool.submit(fetch, dups_sql, rng)
         live_job = pool.submit(fetch, live_sql, rng)
         source_job = pool.submit(fetch, source_sql, rng) if source_sql else None
         sample_job = pool.submit(fetch, sample_sql, sample_params)
-        shadow_stats = shadow_job.result()[1]
+        dups = dict(dups_job.result()[1])
+        # As gate_assembly reads them: (day, rows, duplicate keys, fingerprint, *invariants).
+        shadow_stats = [(r[0], r[1], dups.get(r[0], 0), *r[2:]) for r in shadow_job.result()[1]]
         live_stats = live_job.result()[1]
         source_rows: dict[dt.date, int] | None = None
         if source_job is not None:
