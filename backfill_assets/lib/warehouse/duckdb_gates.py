@@ -2,8 +2,9 @@
 
 A batch is a week: per-partition queries in a loop cost a connection and several round trips
 per day, which made the gates several times slower than the write they check. Here each query
-covers the whole range and groups by partition; the sample is taken per partition with a window
-function, ordered by `hash(pk, "<plan>:<day>")` so it is reproducible.
+covers the whole range and groups by partition, over the batch's own week tables (not the view
+over every week). A key is sampled when `hash(pk, "<plan>:<day>")` falls below n / the rows the
+shadow write recorded for its partition, so the sample is reproducible.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from backfill_assets.constants import METADATA_SCHEMA
+from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
 from backfill_assets.lib.warehouse.gate_assembly import assemble
@@ -21,6 +24,18 @@ from backfill_assets.lib.warehouse.identifiers import (
     validate_ident,
 )
 from backfill_assets.lib.warehouse.predicates import render_predicate
+
+
+def _weeks(wh: Any, con: Any, base: str, start: dt.date, end: dt.date) -> str:
+    """The week tables of `base` (target or shadow) that hold [start, end), as one relation;
+    the view when there are none yet."""
+    tables = wh._week_tables(con, base)
+    names = [tables[week_id(w0)] for w0, _ in iso_weeks(start, end) if week_id(w0) in tables]
+    if not names:
+        return quote_ident(base)
+    if len(names) == 1:
+        return quote_ident(names[0])
+    return "(" + " UNION ALL ".join(f"SELECT * FROM {quote_ident(n)}" for n in names) + ")"
 
 
 def gate_inputs(
@@ -43,7 +58,6 @@ def gate_inputs(
     invs = {k: render_predicate(v, cols) for k, v in invariants.items()}
     pc = quote_ident(spec.partition_column)
     pk = [quote_ident(c) for c in spec.primary_key]
-    shadow, live = quote_ident(spec.shadow_name), quote_ident(spec.name)
     rng = {"s": start, "e": end}
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
     fp_cols = column_list((*spec.primary_key, *unchanged))
@@ -51,6 +65,10 @@ def gate_inputs(
     distinct_pk = pk[0] if len(pk) == 1 else f"row({', '.join(pk)})"
 
     with wh.connect(read_only=True) as con:
+        # The batch's own week tables, not the views over every week: planning a view over
+        # years of weeks costs more than scanning the one week a batch checks.
+        shadow = _weeks(wh, con, spec.shadow_name, start, end)
+        live = _weeks(wh, con, spec.name, start, end)
         # 1. One scan of the shadow: rows, duplicate keys, invariant violations, fingerprint.
         inv_names = list(invs)
         inv_aggs = "".join(
@@ -96,9 +114,11 @@ def gate_inputs(
         ]
         shown = ", ".join(f"s.{quote_ident(c)}" for c in cols)
         shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
+        # The share to take of a partition is n / the rows its shadow write recorded.
         cur = con.execute(
-            f"WITH c AS (SELECT {pc}, count(*) AS __n FROM {shadow} "
-            f"WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL), "
+            f"WITH c AS (SELECT partition_date AS {pc}, greatest(row_count, 1) AS __n "
+            f"FROM {METADATA_SCHEMA}.shadow_log WHERE table_name = $t AND plan_id = $plan "
+            "AND partition_date >= $s AND partition_date < $e), "
             f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c USING ({pc}) "
             f"WHERE x.{pc} >= $s AND x.{pc} < $e AND hash({', '.join('x.' + k for k in pk)}, "
             f"{seed.replace(pc, 'x.' + pc)})::DOUBLE < 18446744073709551615.0 * "
@@ -109,7 +129,7 @@ def gate_inputs(
             + "".join(f", __ok{i}" for i in range(len(preds)))
             + f" FROM s LEFT JOIN t ON {join} ORDER BY s.{pc}, "
             + ", ".join("s." + k for k in pk),
-            {**rng, "plan": plan_id, "n": sample_size},
+            {**rng, "plan": plan_id, "n": sample_size, "t": spec.name},
         )
         names = [d[0] for d in cur.description]
         sampled_rows = cur.fetchall()
