@@ -215,3 +215,18 @@ def test_columns_without_a_hash_function_are_checksummed_by_their_text(postgres_
     assert first[day].startswith("2:")
     wh.replace_partitions(spec, day, day + dt.timedelta(days=1), build=frame('{"b": 3}'))
     assert wh.checksums(spec, day, day + dt.timedelta(days=1)) != first
+
+
+def test_a_landed_source_is_indexed_on_its_partition_column(postgres_url):
+    """A source landed by day (replace_plain_partitions) gets an index on its day column when it
+    is created: each landing deletes and counts days, and the gates count a batch's days."""
+    from backfill_assets.example.sources import land_raw_orders
+
+    wh = open_warehouse(postgres_url)
+    land_raw_orders(wh, D(2026, 1, 5), D(2026, 1, 7), 5)
+    rows = wh.query(
+        "select indexdef from pg_indexes where schemaname = current_schema() "
+        "and tablename = 'raw_orders'"
+    )
+    assert [r[0].split(" USING ")[1] for r in rows] == ["btree (order_date)"]
+    assert land_raw_orders(wh, D(2026, 1, 5), D(2026, 1, 7), 5) == 10  # idempotent re-landing
