@@ -114,22 +114,29 @@ def gate_inputs(
         ]
         shown = ", ".join(f"s.{quote_ident(c)}" for c in cols)
         shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
-        # The share to take of a partition is n / the rows its shadow write recorded.
+        # The share to take of a partition is n / the rows its shadow write recorded, looked up
+        # by the row's day offset (a join of every row to the days cost more than the hash).
+        recorded = dict(
+            con.execute(
+                f"SELECT partition_date, row_count FROM {METADATA_SCHEMA}.shadow_log "
+                "WHERE table_name = $t AND plan_id = $plan AND partition_date >= $s "
+                "AND partition_date < $e",
+                {**rng, "t": spec.name, "plan": plan_id},
+            ).fetchall()
+        )
+        shares = [min(1.0, sample_size / max(recorded.get(d) or 0, 1)) for d in days]
         cur = con.execute(
-            f"WITH c AS (SELECT partition_date AS {pc}, greatest(row_count, 1) AS __n "
-            f"FROM {METADATA_SCHEMA}.shadow_log WHERE table_name = $t AND plan_id = $plan "
-            "AND partition_date >= $s AND partition_date < $e), "
-            f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c USING ({pc}) "
+            f"WITH s AS (SELECT x.*{ok_cols} FROM {shadow} x "
             f"WHERE x.{pc} >= $s AND x.{pc} < $e AND hash({', '.join('x.' + k for k in pk)}, "
             f"{seed.replace(pc, 'x.' + pc)})::DOUBLE < 18446744073709551615.0 * "
-            f"least(1.0, $n / c.__n)), "
+            f"$shares[(x.{pc} - $s::DATE) + 1]), "
             f"t AS (SELECT * FROM {live} WHERE {pc} >= $s AND {pc} < $e "
             f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
             f"SELECT {shown}, {', '.join(flags)}"
             + "".join(f", __ok{i}" for i in range(len(preds)))
             + f" FROM s LEFT JOIN t ON {join} ORDER BY s.{pc}, "
             + ", ".join("s." + k for k in pk),
-            {**rng, "plan": plan_id, "n": sample_size, "t": spec.name},
+            {**rng, "plan": plan_id, "shares": shares},
         )
         names = [d[0] for d in cur.description]
         sampled_rows = cur.fetchall()
