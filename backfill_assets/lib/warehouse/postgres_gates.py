@@ -1,12 +1,12 @@
 """Everything the gates of one batch need from PostgreSQL: the queries of duckdb_gates, in
-PostgreSQL's dialect, on one connection; `gate_assembly` turns their rows into `GateInputs`.
+PostgreSQL's dialect, side by side on five connections; `gate_assembly` turns their rows into
+`GateInputs`.
 
 Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, about
 twice as fast as hashing the row's text. A key is sampled when the hash of (key, day), seeded by
 the plan, mapped to [0, 1), falls below n/rows of its partition: reproducible, about n per
 partition, without sorting the week. The rows per partition are those the shadow write recorded,
-so the four queries run side by side, each on its own connection; the sample reads the target
-only at the sampled keys.
+so no query waits for another; the sample reads the target only at the sampled keys.
 """
 
 from __future__ import annotations
