@@ -26,16 +26,15 @@ from backfill_assets.lib.warehouse.identifiers import (
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
 
-def _weeks(wh: Any, con: Any, base: str, start: dt.date, end: dt.date) -> str:
-    """The week tables of `base` (target or shadow) that hold [start, end), as one relation;
-    the view when there are none yet."""
+def _weeks(wh: Any, con: Any, spec: TableSpec, base: str, start: dt.date, end: dt.date) -> str:
+    """The week tables of `base` (target or shadow) that hold [start, end), as one relation with
+    the spec's columns, as the view reads them; the view when there are none yet."""
     tables = wh._week_tables(con, base)
     names = [tables[week_id(w0)] for w0, _ in iso_weeks(start, end) if week_id(w0) in tables]
     if not names:
         return quote_ident(base)
-    if len(names) == 1:
-        return quote_ident(names[0])
-    return "(" + " UNION ALL ".join(f"SELECT * FROM {quote_ident(n)}" for n in names) + ")"
+    cols = column_list(spec.column_names)
+    return "(" + " UNION ALL ".join(f"SELECT {cols} FROM {quote_ident(n)}" for n in names) + ")"
 
 
 def gate_inputs(
@@ -67,8 +66,8 @@ def gate_inputs(
     with wh.connect(read_only=True) as con:
         # The batch's own week tables, not the views over every week: planning a view over
         # years of weeks costs more than scanning the one week a batch checks.
-        shadow = _weeks(wh, con, spec.shadow_name, start, end)
-        live = _weeks(wh, con, spec.name, start, end)
+        shadow = _weeks(wh, con, spec, spec.shadow_name, start, end)
+        live = _weeks(wh, con, spec, spec.name, start, end)
         # 1. One scan of the shadow: rows, duplicate keys, invariant violations, fingerprint.
         inv_names = list(invs)
         inv_aggs = "".join(
