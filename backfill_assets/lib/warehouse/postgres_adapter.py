@@ -14,13 +14,13 @@ Layout for a table `orders_daily` (in the URL's schema, `public` unless `?schema
 
 A swap is one transaction for every week of the plan: copy the days of a partial week that lie
 outside the plan from the live week into the shadow week, then DETACH the live week and rename it
-to the backup, DETACH the shadow week from the shadow, rename it and ATTACH it to the target.
+to the backup, DETACH the shadow week from the shadow, rename it and ATTACH it to its year.
 Nothing is copied but those outside days; the checksums it reports were recorded when the rows
-were written. DETACH takes an ACCESS EXCLUSIVE lock on the target, so readers wait for the
-catalog changes (milliseconds) and the swap waits for running readers: each attempt waits at most
-`swap_lock_wait_s` for its locks (so a long reader does not hold every new reader behind the
-swap's queued lock), and attempts repeat until `lock_timeout_s`, then the swap fails with the
-sessions that held the table and nothing changed. Rollback is the reverse.
+were written. DETACH takes an ACCESS EXCLUSIVE lock on the week's year table, so its readers
+wait for the catalog changes (milliseconds) and the swap waits for running readers: each attempt
+waits at most `swap_lock_wait_s` for its locks (so a long reader does not hold every new reader
+behind the swap's queued lock), and attempts repeat until `lock_timeout_s`, then the swap fails
+with the sessions that held the table and nothing changed. Rollback is the reverse.
 
 `backfill_meta` holds per-partition versions (with the rows and checksum written), the shadow
 build log, the swap log, the writer lease and the plan claim of each table, keyed by
@@ -777,7 +777,7 @@ class PostgresWarehouse:
                     partitions[d] = PartitionMove(_rows_of(ins), ins, _rows_of(out), out)
             self._record_swap_days(con, key, plan_id, partitions)
             self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
-            # 2. The catalog moves, under ACCESS EXCLUSIVE on the target until COMMIT.
+            # 2. The catalog moves, under ACCESS EXCLUSIVE on the weeks' year tables until COMMIT.
             for week, wdays in sorted(by_week.items()):
                 monday = week_monday(wdays[0])
                 self._detach(con, spec.shadow_name, shadow[week])
