@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,24 +35,38 @@ def ensure_manifest(project: Any) -> Path:
     """Run `dbt parse` if the manifest is missing or stale; return its path.
 
     `DbtProject.prepare_if_dev()` only acts under `dagster dev`; tests, the CLI and the daemon's
-    code server need a current manifest too, and a stale one must never be used.
+    code server need a current manifest too, and a stale one must never be used. Processes that
+    start together (test workers, a code server and the CLI) parse one at a time under a file
+    lock, and the manifest is replaced whole (dbt writes it into a scratch target directory),
+    so no reader ever sees half of one: two parses writing the same file at once once left a
+    manifest that could not be read, and every later load failed on it.
     """
     project_dir = Path(project.project_dir)
     manifest = Path(project.manifest_path)
-    if manifest_is_stale(project_dir, manifest):
-        cmd = [
-            dbt_executable(),
-            "parse",
-            "--quiet",
-            "--project-dir",
-            str(project_dir),
-            "--profiles-dir",
-            str(project_dir),
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if done.returncode != 0 or not manifest.exists():
-            raise RuntimeError(
-                f"`dbt parse` failed for {project_dir}; fix the dbt project and retry:\n"
-                f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
-            )
+    if not manifest_is_stale(project_dir, manifest):
+        return manifest
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    with open(manifest.parent / ".manifest.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if manifest_is_stale(project_dir, manifest):  # another process may have parsed meanwhile
+            with tempfile.TemporaryDirectory(dir=manifest.parent, prefix=".parse-") as scratch:
+                cmd = [
+                    dbt_executable(),
+                    "parse",
+                    "--quiet",
+                    "--project-dir",
+                    str(project_dir),
+                    "--profiles-dir",
+                    str(project_dir),
+                    "--target-path",
+                    scratch,
+                ]
+                done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                parsed = Path(scratch) / "manifest.json"
+                if done.returncode != 0 or not parsed.exists():
+                    raise RuntimeError(
+                        f"`dbt parse` failed for {project_dir}; fix the dbt project and retry:\n"
+                        f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+                    )
+                os.replace(parsed, manifest)
     return manifest
