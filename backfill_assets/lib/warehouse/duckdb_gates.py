@@ -17,7 +17,7 @@ from backfill_assets.constants import METADATA_SCHEMA
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
-from backfill_assets.lib.warehouse.gate_assembly import assemble
+from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
     quote_ident,
@@ -100,19 +100,9 @@ def gate_inputs(
         # reproducible, about n per partition, and no sort of the whole week (a per-partition
         # row_number() over the hash cost more than the write being checked). Only sampled keys
         # are read from the target.
-        ok_cols = "".join(
-            f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values())
-        )
+        ok_cols, join, select = sample_sql_parts(spec, unchanged, list(preds.values()))
         seed = f"$plan || ':' || strftime({pc}, '%Y-%m-%d')"
-        join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = s.{pc}"
         key_tuple = pk[0] if len(pk) == 1 else f"({', '.join(pk)})"
-        flags = [f"t.{pk[0]} IS NULL AS __missing"]
-        flags += [
-            f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)} AS __diff{i}"
-            for i, c in enumerate(unchanged)
-        ]
-        shown = ", ".join(f"s.{quote_ident(c)}" for c in cols)
-        shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
         # The share to take of a partition is n / the rows its shadow write recorded, looked up
         # by the row's day offset (a join of every row to the days cost more than the hash).
         recorded = dict(
@@ -131,8 +121,7 @@ def gate_inputs(
             f"$shares[(x.{pc} - $s::DATE) + 1]), "
             f"t AS (SELECT * FROM {live} WHERE {pc} >= $s AND {pc} < $e "
             f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
-            f"SELECT {shown}, {', '.join(flags)}"
-            + "".join(f", __ok{i}" for i in range(len(preds)))
+            f"SELECT {select}"
             + f" FROM s LEFT JOIN t ON {join} ORDER BY s.{pc}, "
             + ", ".join("s." + k for k in pk),
             {**rng, "plan": plan_id, "shares": shares},

@@ -14,8 +14,31 @@ from typing import Any
 
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs, SampleDiff
+from backfill_assets.lib.warehouse.identifiers import quote_ident
 
 MAX_ROWS_SHOWN = 20
+
+
+def sample_sql_parts(
+    spec: TableSpec, unchanged: tuple[str, ...], predicates: Sequence[str]
+) -> tuple[str, str, str]:
+    """The pieces of the sample query both adapters write the same way, named as `assemble`
+    reads them: the `__ok<i>` columns to add to the sampled shadow rows `s`, the join of `s` to
+    the target `t` on key and day, and the select list (every shadow column, `target_<c>` per
+    unchanged column, then `__missing`, `__diff<i>`, `__ok<i>`)."""
+    pc = quote_ident(spec.partition_column)
+    pk = [quote_ident(c) for c in spec.primary_key]
+    ok_cols = "".join(f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(predicates))
+    join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = s.{pc}"
+    select = [f"s.{quote_ident(c)}" for c in spec.column_names]
+    select += [f"t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged]
+    select += [f"t.{pk[0]} IS NULL AS __missing"]
+    select += [
+        f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)} AS __diff{i}"
+        for i, c in enumerate(unchanged)
+    ]
+    select += [f"__ok{i}" for i in range(len(predicates))]
+    return ok_cols, join, ", ".join(select)
 
 
 def assemble(

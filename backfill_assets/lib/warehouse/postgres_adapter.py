@@ -79,12 +79,16 @@ _HASHABLE_TYPES = (
 _HASHABLE = frozenset(_HASHABLE_TYPES.split())
 
 
+def base_type(spec: TableSpec, column: str) -> str:
+    """The type name of `column` without its size or qualifiers (DECIMAL(12,2) -> DECIMAL)."""
+    sql_type = next((c.sql_type for c in spec.columns if c.name == column), "")
+    return sql_type.split("(")[0].split()[0].upper() if sql_type.strip() else ""
+
+
 def hashable(spec: TableSpec, column: str, prefix: str = "") -> str:
     """`column` as a row hash takes it: itself, or its text when its type has no hash."""
-    sql_type = next((c.sql_type for c in spec.columns if c.name == column), "")
-    base = sql_type.split("(")[0].split()[0].upper() if sql_type.strip() else ""
     ref = f"{prefix}{quote_ident(column)}"
-    return ref if base in _HASHABLE and "[" not in sql_type else f"({ref})::text"
+    return ref if base_type(spec, column) in _HASHABLE else f"({ref})::text"
 
 
 def _row_hash(spec: TableSpec, columns: Sequence[str], prefix: str = "") -> str:
@@ -584,11 +588,19 @@ class PostgresWarehouse:
         self, con: Connection, relation: str, spec: TableSpec, start: dt.date, end: dt.date
     ) -> dict[dt.date, str]:
         pc = quote_ident(spec.partition_column)
+        where = f"{self._q(relation)} WHERE {pc} >= %(s)s AND {pc} < %(e)s"
+        return self._checksums_of(con, spec, where, {"s": start, "e": end})
+
+    def _checksums_of(
+        self, con: Connection, spec: TableSpec, rows_sql: str, params: Any = None
+    ) -> dict[dt.date, str]:
+        """Rows and the XOR of row hashes per partition of `FROM {rows_sql}`."""
+        pc = quote_ident(spec.partition_column)
         rows = _x(
             con,
             f"SELECT {pc}, count(*), bit_xor({_row_hash(spec, spec.column_names)}) "
-            f"FROM {self._q(relation)} WHERE {pc} >= %(s)s AND {pc} < %(e)s GROUP BY 1",
-            {"s": start, "e": end},
+            f"FROM {rows_sql} GROUP BY 1",
+            params,
         ).fetchall()
         return {day: _checksum_text(n, h) for day, n, h in rows}
 
@@ -608,15 +620,9 @@ class PostgresWarehouse:
                 + ("" if whole else f" WHERE {pc} >= '{w0}'::date AND {pc} < '{w1}'::date")
             )
         # Parallel workers start for a week of rows (their start-up is costed as if they read
-        # far fewer); this is the transaction's last read of them.
+        # far fewer). LOCAL: until the write commits; what follows are small metadata writes.
         _x(con, "SET LOCAL parallel_setup_cost = 0")
-        rows = _x(
-            con,
-            f"SELECT {pc}, count(*), bit_xor({_row_hash(spec, spec.column_names)}) "
-            f"FROM ({' UNION ALL '.join(parts)}) AS w GROUP BY 1",
-        ).fetchall()
-        _x(con, "RESET parallel_setup_cost")
-        return {day: _checksum_text(n, h) for day, n, h in rows}
+        return self._checksums_of(con, spec, f"({' UNION ALL '.join(parts)}) AS w")
 
     def partition_versions(
         self, spec: TableSpec, start: dt.date, end: dt.date

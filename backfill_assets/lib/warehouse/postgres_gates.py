@@ -18,14 +18,19 @@ from typing import TYPE_CHECKING, Any
 
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
-from backfill_assets.lib.warehouse.gate_assembly import assemble
+from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
 if TYPE_CHECKING:
     from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 
-from backfill_assets.lib.warehouse.postgres_adapter import METADATA_SCHEMA, _x, hashable
+from backfill_assets.lib.warehouse.postgres_adapter import (
+    METADATA_SCHEMA,
+    _x,
+    base_type,
+    hashable,
+)
 
 _TWO_63 = "9223372036854775808.0"
 _TWO_64 = "18446744073709551616.0"
@@ -43,8 +48,7 @@ def _key_hash(spec: TableSpec, pc: str) -> str:
     integer key is hashed by itself with the day in the seed (cheaper than a record's hash)."""
     seed = "hashtextextended(%(plan)s, 0)"
     pk = spec.primary_key
-    types = {c.name: c.sql_type.split("(")[0].strip().upper() for c in spec.columns}
-    if len(pk) == 1 and types.get(pk[0]) in _INTEGER_TYPES:
+    if len(pk) == 1 and base_type(spec, pk[0]) in _INTEGER_TYPES:
         day = f"(x.{pc} - DATE '2000-01-01')::bigint"
         return f"hashint8extended(x.{quote_ident(pk[0])}::bigint, {seed} # {day})"
     keys = [hashable(spec, c, "x.") for c in (*pk, spec.partition_column)]
@@ -113,16 +117,8 @@ def gate_inputs(
     # 4. The sample of every partition, joined to the target on the key, in one query. The share
     # to take of a partition is n / the rows its shadow write recorded, so that this query need
     # not wait for query 1.
-    ok_cols = "".join(f", coalesce(({p}), false) AS __ok{i}" for i, p in enumerate(preds.values()))
+    ok_cols, join, select = sample_sql_parts(spec, unchanged, list(preds.values()))
     key_hash = _key_hash(spec, pc)
-    join = " AND ".join(f"t.{k} = s.{k}" for k in pk) + f" AND t.{pc} = s.{pc}"
-    flags = [f"t.{pk[0]} IS NULL AS __missing"]
-    flags += [
-        f"s.{quote_ident(c)} IS DISTINCT FROM t.{quote_ident(c)} AS __diff{i}"
-        for i, c in enumerate(unchanged)
-    ]
-    shown = ", ".join(f"s.{quote_ident(c)}" for c in cols)
-    shown += "".join(f", t.{quote_ident(c)} AS {quote_ident('target_' + c)}" for c in unchanged)
     sample_sql = (
         f"WITH c AS (SELECT partition_date AS __day, least(1.0, %(n)s::float8 / "
         f"greatest(row_count, 1)) AS __share FROM {METADATA_SCHEMA}.shadow_log "
@@ -131,8 +127,7 @@ def gate_inputs(
         f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c ON x.{pc} = c.__day "
         f"WHERE x.{pc} >= %(s)s AND x.{pc} < %(e)s "
         f"AND ({key_hash}::float8 + {_TWO_63}) / {_TWO_64} < c.__share) "
-        f"SELECT {shown}, {', '.join(flags)}"
-        + "".join(f", __ok{i}" for i in range(len(preds)))
+        f"SELECT {select}"
         # Each sampled key looked up in the target's index: the target's weeks are pruned by the
         # range (an IN over the sample, planned on the unanalyzed shadow, rescanned it per row).
         + f" FROM s LEFT JOIN {live} t ON {join} AND t.{pc} >= %(s)s AND t.{pc} < %(e)s "
