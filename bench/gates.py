@@ -291,7 +291,7 @@ def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
         goal(
             "gate time / shadow write time per batch",
             cost["share_median"] * 100,
-            10.0,
+            20.0,
             unit="%",
             no_verdict=bool(cost["load"]["verdict"]),
         ),

@@ -156,7 +156,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         goal(
             f"plan {n_assets} assets x 5 years (s)",
             result["plan_s"],
-            2.0,
+            0.5,
             no_verdict=all_noisy(rounds),
         )
     ]

@@ -67,7 +67,7 @@ CONTENDERS: list[tuple[str, str]] = [
 ]
 FLOOR = "floor_pg"
 SUBJECTS = ("backfill_assets_pg", "backfill_assets_dagster_pg")
-GOALS = [(FLOOR, "<=", 1.3)]
+GOALS = {subject: [(FLOOR, "<=", 1.3)] for subject in SUBJECTS}
 TEMPLATE_DB = "bench_backfill_template"
 DAGSTER_TEMPLATE_DB = "bench_dagster_template"
 

@@ -28,6 +28,7 @@ PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
 PG_SHAPES = (
     "revenue_by_day_90d",
     "one_day_count",
+    "one_day_count_new_session",
     "key_lookup",
     "full_scan_aggregate",
     "full_scan_aggregate_jit_on",
@@ -100,6 +101,18 @@ TIMED_PARTS = (
 )
 
 
+# measure -> (how a goal's name starts, how it ends): the sizes are in the names.
+ISSUE_GOALS = {
+    "safety_overhead": [
+        ("wall backfill_assets/floor", "<= 1.25"),
+        ("wall backfill_assets_dagster/floor", "<= 1.5"),
+    ],
+    "swap_scaling": [("swap ms at", "<= 50"), ("rollback ms at", "<= 50")],
+    "gates": [("gate time / shadow write time per batch", "<= 20%")],
+    "planning": [("plan ", "<= 0.5")],
+}
+
+
 def assert_load_recorded(doc: dict[str, Any]) -> None:
     """The load around the run and in every timed round is in latest.json: the load average,
     the others' CPU per round, which rounds were noisy, whether the rounds agree. Never whether
@@ -136,6 +149,11 @@ def assert_load_recorded(doc: dict[str, Any]) -> None:
             assert g["met"] in (True, False, None), g
             if g["met"] is None:
                 assert g["verdict"] == NO_VERDICT
+    # The performance issue's goals are the ones judged, not looser earlier ones.
+    for name, wanted in ISSUE_GOALS.items():
+        judged = [g["goal"] for g in doc[name]["results"]["goals"]]
+        for start, end in wanted:
+            assert any(g.startswith(start) and g.endswith(end) for g in judged), (name, judged)
 
 
 def assert_postgres_entries(pg: dict) -> None:
@@ -157,6 +175,7 @@ def assert_postgres_entries(pg: dict) -> None:
     shapes = pg["reader_queries"]["shapes"]
     assert set(shapes) == set(PG_SHAPES)
     assert pg["reader_queries"]["history"]["rows"] > 0
+    assert pg["reader_queries"]["history"]["plain_mib"] > 0
     goal_names = " ".join(g["goal"] for g in pg["goals"])
     for part in ("backfill_assets_pg/floor_pg", "swap 10x/1x", "reader wait", "one_day_count"):
         assert part in goal_names, part
