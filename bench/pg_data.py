@@ -273,9 +273,11 @@ def table_facts(url: str, relation: str) -> Mapping[str, int]:
             "SELECT count(*) FROM pg_partition_tree(to_regclass(%s)) WHERE isleaf AND level > 0",
             (relation,),
         ).fetchone()
+        # pg_partition_tree has no rows for a plain table: its own size then.
         size = x(
             con,
-            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+            "SELECT coalesce(sum(pg_total_relation_size(relid)), "
+            "pg_total_relation_size(to_regclass(%(r)s))) "
             "FROM pg_partition_tree(to_regclass(%(r)s))",
             {"r": relation},
         ).fetchone()
