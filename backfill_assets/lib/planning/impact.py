@@ -26,6 +26,39 @@ def _kind(node: Any) -> str:
     return "dbt" if "dbt" in kinds else "asset"
 
 
+def _downstream_in_order(asset_graph: Any, target_key: Any) -> list[Any]:
+    """The target's downstream assets in topological order: by depth below the target (the
+    longest path), then by key. Walks only the downstream subgraph: Dagster's
+    `toposorted_asset_keys` sorts the whole graph (0.45 s of a 0.74 s plan at 10,000 assets)."""
+    children: dict[Any, list[Any]] = {}
+    seen = {target_key}
+    stack = [target_key]
+    while stack:
+        key = stack.pop()
+        kids = list(asset_graph.get(key).child_keys)
+        children[key] = kids
+        for c in kids:
+            if c not in seen:
+                seen.add(c)
+                stack.append(c)
+    waiting = dict.fromkeys(seen, 0)
+    for kids in children.values():
+        for c in kids:
+            waiting[c] += 1
+    out: list[Any] = []
+    level = [target_key]
+    while level:
+        nxt: list[Any] = []
+        for key in level:
+            for c in children[key]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    nxt.append(c)
+        level = sorted(nxt)
+        out.extend(level)
+    return out
+
+
 def downstream_impact(
     asset_graph: Any,
     target: str,
@@ -42,10 +75,6 @@ def downstream_impact(
     """
     target_key = dg.AssetKey.from_user_string(target)
     excluded = {dg.AssetKey.from_user_string(e) for e in exclude}
-    downstream = (
-        dg.AssetSelection.assets(target_key).downstream(include_self=False).resolve(asset_graph)
-        - excluded
-    )
     target_pd = asset_graph.get(target_key).partitions_def
     affected: dict[dg.AssetKey, Any] = {
         target_key: target_pd.subset_with_partition_keys([d.isoformat() for d in days])
@@ -58,12 +87,14 @@ def downstream_impact(
     # Subsets are shared by every asset of the same grain: list each one's keys once. (Every
     # subset stays referenced from `affected`, so its id is stable for the whole call.)
     keys_of: dict[int, tuple[str, ...]] = {}
-    for key in asset_graph.toposorted_asset_keys:
-        if key not in downstream:
+    inferred: dict[tuple[int, int], Any] = {}
+    for key in _downstream_in_order(asset_graph, target_key):
+        if key in excluded:
             continue
         node = asset_graph.get(key)
         pd = node.partitions_def
         result: Any = None
+        explicit: Any = None  # the node's own partition mappings, read once (a dict is built)
         for parent in node.parent_keys:
             if parent not in affected:
                 continue
@@ -72,7 +103,14 @@ def downstream_impact(
                 result = ALL
                 break
             parent_pd = asset_graph.get(parent).partitions_def
-            mapping = asset_graph.get_partition_mapping(key, parent)
+            if explicit is None:
+                explicit = node.partition_mappings
+            mapping = explicit.get(parent)
+            if mapping is None:  # Dagster's inference depends on the two grains only: once each
+                pair = (id(pd), id(parent_pd))
+                if pair not in inferred:
+                    inferred[pair] = asset_graph.get_partition_mapping(key, parent)
+                mapping = inferred[pair]
             if parent_pd == pd and mapping in same_grain:
                 sub = up  # same grain, default mapping: the same partitions
             else:
@@ -94,5 +132,5 @@ def downstream_impact(
             if id(result) not in keys_of:
                 keys_of[id(result)] = tuple(sorted(result.get_partition_keys()))
             partitions = keys_of[id(result)]
-        out.append(ImpactedAsset(key.to_user_string(), partitions, _kind(node)))
+        out.append(ImpactedAsset.built(key.to_user_string(), partitions, _kind(node)))
     return tuple(out)

@@ -86,6 +86,19 @@ class ImpactedAsset:
     partitions: tuple[str, ...] | Literal["all"]  # affected keys, or "all" = full refresh
     kind: str = "asset"  # e.g. "dbt", "asset"
 
+    @classmethod
+    def built(
+        cls, asset_key: str, partitions: tuple[str, ...] | Literal["all"], kind: str
+    ) -> ImpactedAsset:
+        """One built by the planner from Dagster's own keys, without validation: the fields
+        already have their types, and validating 10,000 assets' tuples of up to 1,826 keys again
+        took a fifth of a plan's time. Plans read from anywhere else are validated."""
+        out = object.__new__(cls)
+        object.__setattr__(out, "asset_key", asset_key)
+        object.__setattr__(out, "partitions", partitions)
+        object.__setattr__(out, "kind", kind)
+        return out
+
 
 @dataclass(frozen=True, config=_CONFIG)
 class Slot:
