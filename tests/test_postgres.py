@@ -99,6 +99,44 @@ def test_your_own_indexes_on_the_target_are_on_the_shadow_weeks_before_the_swap(
     assert indexes("orders_daily__w2026w02") == ours
 
 
+def test_a_write_over_old_and_new_weeks_fills_each_and_indexes_the_new_ones_as_the_target(
+    postgres_url,
+):
+    """A week that does not exist yet is loaded alone, then indexed and attached; weeks that
+    exist are written through the table. A range over both writes every day once, leaves the
+    days outside it alone, and each new week's indexes are partitions of the target's (so
+    queries and a later ATTACH use them)."""
+    from backfill_assets.example import orders as o
+    from backfill_assets.example.sources import land_fx_rates, land_raw_orders
+
+    wh = open_warehouse(postgres_url)
+    land_fx_rates(wh)
+    land_raw_orders(wh, D(2026, 1, 5), D(2026, 1, 26), 30)
+    spec = ORDERS.spec
+    wh.replace_partitions(spec, D(2026, 1, 5), D(2026, 1, 8), build=o.ORDERS_DAILY_SQL_V1)
+    wh.execute("create index orders_by_customer on orders_daily (customer_id)")
+    before = wh.checksums(spec, D(2026, 1, 5), D(2026, 1, 8))
+    # Thursday of week 2 (exists, with Mon-Wed) to Wednesday of week 4 (new): weeks 2, 3, 4.
+    rows = wh.replace_partitions(spec, D(2026, 1, 8), D(2026, 1, 22), build=o.ORDERS_DAILY_SQL_V1)
+    assert rows == dict.fromkeys(_days(D(2026, 1, 8), D(2026, 1, 22)), 30)
+    assert wh.checksums(spec, D(2026, 1, 5), D(2026, 1, 8)) == before
+    counts = wh.query(
+        "select order_date, count(*), count(distinct order_id) from orders_daily "
+        "group by 1 order by 1"
+    )
+    assert counts == [(d, 30, 30) for d in _days(D(2026, 1, 5), D(2026, 1, 22))]
+    weeks = sorted(_tree(wh, "orders_daily"))
+    assert weeks == [f"orders_daily__w2026w0{n}" for n in (2, 3, 4)]
+    for week in weeks:
+        attached = wh.query(
+            "select count(*) filter (where i.inhparent is not null), count(*) from pg_index x "
+            "left join pg_inherits i on i.inhrelid = x.indexrelid "
+            "where x.indrelid = $t::regclass",
+            {"t": f"{wh.schema}.{week}"},
+        )
+        assert attached == [(3, 3)], (week, attached)  # key, day, and yours
+
+
 def _tree(wh: PostgresWarehouse, table: str) -> dict[str, str]:
     """Every week table under `table`, with the table it is attached to."""
     rows = wh.query(
