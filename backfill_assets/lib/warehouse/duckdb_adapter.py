@@ -570,7 +570,11 @@ class DuckDBWarehouse:
                 ],
             )  # fmt: skip
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
-            self._recreate_view(con, spec, spec.name)
+            # The target's view names its week tables: it changes only when a week is new to
+            # the target (each replaced week's name now holds its shadow). Recreating it binds
+            # every week, which grows with history.
+            if any(week not in live for week in by_week):
+                self._recreate_view(con, spec, spec.name)
             self._recreate_view(con, spec, spec.shadow_name)
         return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
 
@@ -724,7 +728,8 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id, "now": now},
             )
             self._free_plan(con, spec.name, plan_id)
-            self._recreate_view(con, spec, spec.name)
+            # The target keeps the same week tables by name (a backup takes its week's name, a
+            # week new with the swap is emptied of the plan's days), so its view stands as is.
         return SwapResult(plan_id, "rolled_back", result, len(log), time.perf_counter() - t0)
 
     # -- coordination: the writer lease and the plan that holds each table ---------------------
