@@ -330,15 +330,15 @@ class DuckDBWarehouse:
                     "r(d)",
                     {"t": spec.name, "plan": plan_id or "", "s": start, "e": end, "now": now},
                 )
-                if sums:
-                    con.executemany(
-                        f"UPDATE {M}.shadow_log SET row_count = $n, checksum = $c "
-                        "WHERE table_name = $t AND partition_date = $d",
-                        [
-                            {"n": _rows_of(c), "c": c, "t": spec.name, "d": day}
-                            for day, c in sums.items()
-                        ],
-                    )
+                if sums:  # one statement: executemany runs one per row (~1.5 ms each)
+                    con.execute(
+                        f"UPDATE {M}.shadow_log SET row_count = u.n, checksum = u.c FROM "
+                        "(SELECT unnest($d::DATE[]) AS d, unnest($n::BIGINT[]) AS n, "
+                        "unnest($c::VARCHAR[]) AS c) u "
+                        "WHERE table_name = $t AND partition_date = u.d",
+                        {"t": spec.name, "d": list(sums),
+                         "n": [_rows_of(c) for c in sums.values()], "c": list(sums.values())},
+                    )  # fmt: skip
             else:
                 self._bump_versions(con, spec, {d: sums.get(d) for d in _days(start, end)}, now)
         return {d: _rows_of(sums.get(d)) for d in _days(start, end)}
@@ -359,15 +359,14 @@ class DuckDBWarehouse:
             "AND partition_date IN (SELECT unnest($days::DATE[]))",
             {"t": spec.name, "days": days},
         )
-        con.executemany(
+        # One statement for every day (executemany runs one per row, ~1.5 ms each).
+        con.execute(
             f"INSERT INTO {M}.partition_versions (table_name, partition_date, version, "
-            f"written_at, checksum, row_count) VALUES ($t, $d, nextval('{M}.version_seq'), $now, "
-            "$c, $n)",
-            [
-                {"t": spec.name, "d": d, "now": now, "c": sums[d] or EMPTY,
-                 "n": _rows_of(sums[d])}
-                for d in days
-            ],
+            f"written_at, checksum, row_count) SELECT $t, d, nextval('{M}.version_seq'), $now, "
+            "c, n FROM (SELECT unnest($d::DATE[]) AS d, unnest($c::VARCHAR[]) AS c, "
+            "unnest($n::BIGINT[]) AS n)",
+            {"t": spec.name, "now": now, "d": days, "c": [sums[d] or EMPTY for d in days],
+             "n": [_rows_of(sums[d]) for d in days]},
         )  # fmt: skip
 
     def _counts(
@@ -518,6 +517,7 @@ class DuckDBWarehouse:
             backup_base = self._backup_base(spec, plan_id)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
+            logged: list[tuple[str, dt.date, dt.date, bool]] = []  # swap_log rows
             pc = quote_ident(spec.partition_column)
             cols = column_list(spec.column_names)
             for week, wdays in sorted(by_week.items()):
@@ -554,20 +554,23 @@ class DuckDBWarehouse:
                 con.execute(
                     f"ALTER TABLE {sh} RENAME TO {quote_ident(self._week_table(spec.name, r0))}"
                 )
-                con.execute(
-                    f"INSERT INTO {M}.swap_log VALUES ($t, $p, $w, $s, $e, $h, 'swapped', $now)",
-                    {"t": spec.name, "p": plan_id, "w": week, "s": r0, "e": r1,
-                     "h": week in live, "now": now},
-                )  # fmt: skip
+                logged.append((week, r0, r1, week in live))
                 for d in wdays:
                     result[d] = _move(ins.get(d), outs.get(d))
-            con.executemany(
-                f"INSERT INTO {M}.swap_days VALUES ($t, $p, $d, $ci, $co)",
-                [
-                    {"t": spec.name, "p": plan_id, "d": d, "ci": m.checksum_in,
-                     "co": m.checksum_out}
-                    for d, m in sorted(result.items())
-                ],
+            # One statement each (executemany runs one per row, ~1.5 ms each).
+            weeks, starts, ends, had = (list(c) for c in zip(*logged, strict=True))
+            con.execute(
+                f"INSERT INTO {M}.swap_log SELECT $t, $p, unnest($w::VARCHAR[]), "
+                "unnest($s::DATE[]), unnest($e::DATE[]), unnest($h::BOOLEAN[]), 'swapped', $now",
+                {"t": spec.name, "p": plan_id, "w": weeks, "s": starts, "e": ends, "h": had,
+                 "now": now},
+            )  # fmt: skip
+            moves = sorted(result.items())
+            con.execute(
+                f"INSERT INTO {M}.swap_days SELECT $t, $p, unnest($d::DATE[]), "
+                "unnest($ci::VARCHAR[]), unnest($co::VARCHAR[])",
+                {"t": spec.name, "p": plan_id, "d": [d for d, _ in moves],
+                 "ci": [m.checksum_in for _, m in moves], "co": [m.checksum_out for _, m in moves]},
             )  # fmt: skip
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             # The target's view names its week tables: it changes only when a week is new to
