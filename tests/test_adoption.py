@@ -131,6 +131,21 @@ def test_the_cli_knows_its_version_and_the_projects_tables(shop, home, tmp_path)
     assert "backfillable tables are ['clicks', 'events', 'stores']" in done.stderr
 
 
+def test_an_unset_warehouse_says_what_to_set_without_a_stack_trace(home, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != WAREHOUSE_ENV}
+    env.update({"DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore"})
+    exe = Path(sys.executable).with_name("backfill-assets")
+    done = subprocess.run(
+        [str(exe), "list"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"Set {WAREHOUSE_ENV} to the warehouse: a DuckDB file path or a postgresql://" in (
+        done.stderr
+    )
+    assert "Stack Trace" not in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""
+
+
 @pytest.mark.slow
 def test_a_daily_run_of_one_table_blocks_its_own_batches_but_not_another_tables(
     shop, tmp_path, monkeypatch

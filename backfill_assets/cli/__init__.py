@@ -87,9 +87,24 @@ def _context(a: argparse.Namespace) -> Context:
         wh = resource.process_config_and_initialize().adapter()
     except dg.DagsterInvalidConfigError as e:
         raise BackfillError(
-            f"the {WAREHOUSE_RESOURCE_KEY} resource is misconfigured: {e}"
+            f"the {WAREHOUSE_RESOURCE_KEY} resource is misconfigured: {_config_problem(e)}"
         ) from None
     return Context(defs, tables, dg.DagsterInstance.get(), wh, wait_s)
+
+
+def _config_problem(e: Any) -> str:
+    """What is wrong with a resource's config, without Dagster's stack traces; for the
+    warehouse's unset environment variable, what to set it to."""
+    from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+
+    parts = []
+    for err in getattr(e, "errors", None) or [e]:
+        text = str(getattr(err, "message", err)).split("Stack Trace:")[0]
+        parts.append(" ".join(text.split()))
+    out = "; ".join(parts)
+    if f'environment variable "{WAREHOUSE_ENV}" which is not set' in out:
+        out += f". Set {WAREHOUSE_ENV} to the warehouse: a DuckDB file path or a postgresql:// URL"
+    return out
 
 
 @contextlib.contextmanager
