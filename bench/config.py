@@ -57,6 +57,12 @@ class Size:
     pg_reader_weeks: int = 261
     pg_reader_rows_per_day: int = 5_000
     pg_query_reps: int = 5
+    # readers (DuckDB): `reader_weeks` ISO weeks of `reader_rows_per_day` orders in the target
+    # and in a plain table (the performance issue's 10k rows/day x 5 years), each shape with
+    # `reader_query_reps` parameter sets.
+    reader_weeks: int = 261
+    reader_rows_per_day: int = 10_000
+    reader_query_reps: int = 5
 
     @property
     def start(self) -> dt.date:
@@ -88,6 +94,9 @@ SIZES: dict[str, Size] = {
         pg_reader_weeks=26,
         pg_reader_rows_per_day=200,
         pg_query_reps=3,
+        reader_weeks=26,
+        reader_rows_per_day=200,
+        reader_query_reps=3,
     ),
     "default": Size(
         name="default",

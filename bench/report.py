@@ -414,17 +414,6 @@ def _postgres(r: dict[str, Any]) -> list[str]:
     ]
     rq = r["reader_queries"]
     h = rq["history"]
-    shape_rows = [
-        [
-            k,
-            v["what"],
-            _f(v["partitioned_ms"]),
-            _f(v["plain_ms"]),
-            _f(v["ratio"]),
-            "<= 1.2" if v["has_goal"] else "(none)",
-        ]
-        for k, v in rq["shapes"].items()
-    ]
     out += [
         "",
         "### reader queries: partitioned target vs. plain table",
@@ -434,15 +423,50 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: {h['partitions']} "
         f"partitions, {h['partitioned_mib']:.0f} MiB; plain table: indexes on "
         + " and ".join(f"({', '.join(c)})" for c in h["plain_indexes"])
-        + f", {h['plain_mib']:.0f} MiB. Loaded in {_f(h['load_s'], 1)} s. Medians of "
-        f"{rq['reps']} runs per round, ratio = median over {rq['rounds']} rounds.",
+        + f", {h['plain_mib']:.0f} MiB. Loaded in {_f(h['load_s'], 1)} s.",
+        *_shapes(rq, "partitioned"),
+    ]
+    return out + _goals(r["goals"])
+
+
+def _shapes(rq: dict[str, Any], subject: str) -> list[str]:
+    """The reader shapes' table (bench.reader_shapes) and its rounds' load."""
+    rows = [
+        [
+            k,
+            v["what"],
+            _f(v[f"{subject}_ms"]),
+            _f(v["plain_ms"]),
+            _f(v["ratio"]),
+            str(v.get("times_per_query", "")),
+            "<= 1.2" if v["has_goal"] else "(none)",
+        ]
+        for k, v in rq["shapes"].items()
+    ]
+    return [
+        f"Each shape: {rq['reps']} parameter sets, each timed the number of times shown per "
+        f"table and round; figure = median per round, ratio = median over {rq['rounds']} "
+        "rounds.",
         "",
         *_table(
-            ["shape", "what", "partitioned ms", "plain ms", "ratio", "goal"],
-            shape_rows,
+            ["shape", "what", f"{subject} ms", "plain ms", "ratio", "timed", "goal"],
+            rows,
             right_from=2,
         ),
         *_part_load(rq),
+    ]
+
+
+def _readers(r: dict[str, Any]) -> list[str]:
+    h = r["history"]
+    out = [
+        *_banner(r),
+        f"{h['weeks']} ISO weeks ({h['first_day']}..{h['last_day']}) x "
+        f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: a view over "
+        f"{h['week_tables']} week tables; plain table: the same rows in date order, no "
+        f"indexes. File {h['file_mib']:.0f} MiB, loaded in {_f(h['load_s'], 1)} s.",
+        "",
+        *_shapes(r, "target"),
     ]
     return out + _goals(r["goals"])
 
@@ -452,6 +476,7 @@ RENDERERS = {
     "swap_scaling": _swap,
     "gates": _gates,
     "planning": _planning,
+    "readers": _readers,
     "postgres": _postgres,
 }
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import gates, planning, postgres, safety_overhead, swap_scaling
+from bench import gates, planning, postgres, readers, safety_overhead, swap_scaling
 from bench.config import DEFAULT_OUT, NOT_YET_MEASURED, SIZES, BenchContext
 from bench.data import Templates
 from bench.load import OTHERS_LIMIT_CORES, QUIET_WAIT_MAX_S, LoadMonitor, agree
@@ -36,6 +36,7 @@ MEASURES: dict[str, Measure] = {
     "swap_scaling": lambda ctx, _templates: swap_scaling.run(ctx),
     "gates": gates.run,
     "planning": lambda ctx, _templates: planning.run(ctx),
+    "readers": lambda ctx, _templates: readers.run(ctx),
     "postgres": postgres.run,
 }
 

@@ -23,7 +23,7 @@ from bench.load import NO_VERDICT, agreement, all_noisy, kept
 from bench.measure import goal
 
 REPO = Path(__file__).resolve().parent.parent
-MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning", "postgres")
+MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning", "readers", "postgres")
 PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
 PG_SHAPES = (
     "revenue_by_day_90d",
@@ -32,6 +32,13 @@ PG_SHAPES = (
     "key_lookup",
     "full_scan_aggregate",
     "full_scan_aggregate_jit_on",
+    "week_self_join",
+)
+DUCKDB_SHAPES = (
+    "revenue_by_day_90d",
+    "one_day_count",
+    "key_lookup",
+    "full_scan_aggregate",
     "week_self_join",
 )
 
@@ -76,6 +83,12 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     ):
         assert contenders[name]["status"] == "measured"
     assert_postgres_entries(doc["postgres"]["results"])
+    readers = doc["readers"]["results"]
+    assert set(readers["shapes"]) == set(DUCKDB_SHAPES)
+    assert readers["history"]["rows"] > 0 and readers["history"]["week_tables"] == 26
+    assert {g["goal"] for g in readers["goals"]} == {
+        f"reader {shape} target/plain <= 1.2" for shape in DUCKDB_SHAPES
+    }
     assert doc["machine"]["nproc"] >= 1
     assert_load_recorded(doc)
     # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
@@ -85,6 +98,7 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     md = (tmp_path / "latest.md").read_text()
     assert md.startswith("# backfill_assets bench")
     assert "### reader queries: partitioned target vs. plain table" in md
+    assert "## readers" in md and "a view over 26 week tables" in md
     assert "## Load" in md
     assert "rounds agree" in md.lower()
 
@@ -94,6 +108,7 @@ TIMED_PARTS = (
     ("swap_scaling",),
     ("gates",),
     ("planning",),
+    ("readers",),
     ("postgres", "backfill"),
     ("postgres", "swap"),
     ("postgres", "blocked_readers"),
@@ -144,7 +159,7 @@ def assert_load_recorded(doc: dict[str, Any]) -> None:
     contenders = doc["safety_overhead"]["results"]["contenders"]
     for c in contenders.values():
         assert len(c["others_cores_runs"]) == len(c["noisy_runs"]) == len(c["wall_s_runs"])
-    for name in ("safety_overhead", "swap_scaling", "gates", "planning", "postgres"):
+    for name in MEASURES:
         for g in doc[name]["results"]["goals"]:
             assert g["met"] in (True, False, None), g
             if g["met"] is None:
