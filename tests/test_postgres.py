@@ -109,7 +109,7 @@ def test_a_write_over_old_and_new_weeks_fills_each_and_indexes_the_new_ones_as_t
     from backfill_assets.example import orders as o
     from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 
-    wh = open_warehouse(postgres_url)
+    wh = PostgresWarehouse(postgres_url)
     land_fx_rates(wh)
     land_raw_orders(wh, D(2026, 1, 5), D(2026, 1, 26), 30)
     spec = ORDERS.spec
