@@ -236,7 +236,9 @@ def cmd_approve(a: argparse.Namespace) -> int:
         c = _context(a)
         plan, _ = load_plan(c.instance, a.plan, allow_proposed=True)
     table = table_for(c.tables, plan.target, what=f"plan {plan.plan_id}'s target")
-    status = approve_plan(c.instance, c.wh, table, plan, _who(a))
+    status = approve_plan(
+        c.instance, c.wh, table, plan, _who(a), asset_graph=c.defs.resolve_asset_graph()
+    )
     print(
         f"plan {plan.plan_id} {status}: {plan.target} {plan.start}..{plan.end}, "
         f"{len(plan.batches)} batches. Next: backfill-assets run {plan.plan_id} (or start it "

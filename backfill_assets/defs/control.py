@@ -129,11 +129,11 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
     "table's batch driver) or `backfill-assets run`.",
 )
 def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -> str:
-    _, tables = _location(context)
+    graph, tables = _location(context)
     plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
     table = table_for(tables, plan.target, what=f"plan {plan.plan_id}'s target")
     wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
-    status = approve_plan(context.instance, wh, table, plan, config.approved_by)
+    status = approve_plan(context.instance, wh, table, plan, config.approved_by, asset_graph=graph)
     context.log.info(f"plan {plan.plan_id} {status}")
     return str(status)
 

@@ -11,6 +11,7 @@ so two approvals racing for one table cannot both win; the instance records the 
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -197,20 +198,42 @@ def _status_of(instance: dg.DagsterInstance, plan_id: str) -> PlanStatus | None:
     return PlanStatus(str(rec["status"])) if rec and rec.get("status") else None
 
 
+def _check_impact(table: BackfillableTable, plan: BackfillPlan, asset_graph: Any) -> None:
+    """The plan's downstream impact is what the asset lineage gives for its range now. The plan
+    id does not cover it, and an emptied impact would leave every downstream model stale after
+    the swap; lineage that changed since planning needs a new plan too."""
+    from backfill_assets.lib.planning.impact import downstream_impact
+
+    days = [plan.start + dt.timedelta(days=i) for i in range((plan.end - plan.start).days + 1)]
+    now: tuple = ()
+    if table.partitions_def.start.date() <= plan.start:
+        now = downstream_impact(asset_graph, table.key, days, exclude=[table.shadow_key])
+    if tuple(now) != tuple(plan.impact):
+        raise ExecutionRefused(
+            f"plan {plan.plan_id} lists {len(plan.impact)} impacted downstream assets, but the "
+            f"asset lineage gives {len(now)} for its range now: the plan was edited, or the "
+            "lineage changed since it was made; plan again with backfill-assets plan"
+        )
+
+
 def approve_plan(
     instance: dg.DagsterInstance,
     wh: Warehouse,
     table: BackfillableTable,
     plan: BackfillPlan,
     approved_by: str,
+    asset_graph: Any = None,
 ) -> PlanStatus:
     """Record an approved plan. Idempotent for the same plan.
 
     Only one plan holds a table at a time (it would write the same shadow, and a second swap
     over a swapped plan would be undone by the first one's rollback). The warehouse decides
-    which, atomically: of two approvals racing for one table, exactly one wins.
+    which, atomically: of two approvals racing for one table, exactly one wins. With the code
+    location's `asset_graph`, the plan's impact must be the lineage's (`_check_impact`).
     """
     _check_plan_for(table, plan)
+    if asset_graph is not None:
+        _check_impact(table, plan, asset_graph)
     current = latest_plan_record(instance, plan.plan_id)
     status = PlanStatus(str(current["status"])) if current else None
     if status in ACTIVE_PLAN_STATUSES:

@@ -440,10 +440,15 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
 
     # While batch 1 runs, a daily production run is launched from the UI: only its first step
     # (the target's write), since the dbt models after it would add a minute and prove nothing.
+    # Batch 1 counts as running from STARTING (its run worker starting: it holds the writer
+    # slot already): its steps alone can take less than a poll, and were missed so.
     def batch_one_running() -> dg.RunRecord | None:
         for rec in plan_runs(dev, plan.plan_id):
             run = rec.dagster_run
-            if run.tags.get(BATCH_TAG) == "1" and run.status == dg.DagsterRunStatus.STARTED:
+            if run.tags.get(BATCH_TAG) == "1" and run.status in (
+                dg.DagsterRunStatus.STARTING,
+                dg.DagsterRunStatus.STARTED,
+            ):
                 return rec
         return None
 

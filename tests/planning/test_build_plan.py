@@ -610,6 +610,10 @@ def _plan_dict() -> dict[str, Any]:
     return build_plan(request(), inputs()).to_dict()
 
 
+def _set(key: str, value: Any) -> Any:
+    return lambda t: json.dumps({**json.loads(t), key: value})
+
+
 @pytest.mark.parametrize(
     ("mangle", "message"),
     [
@@ -630,6 +634,9 @@ def _plan_dict() -> dict[str, Any]:
         ),
         (lambda t: t.replace('"slot": {', '"slit": {', 1), "missing key 'slot'"),
         (lambda t: t.replace('"batches": [', '"batches": 7, "x": [', 1), "batches must be a list"),
+        # pydantic alone reads a number, or digits, as seconds since 1970.
+        (_set("created_at", 0), "plan created_at 0 is not an ISO datetime"),
+        (_set("created_at", "1700000000"), "plan created_at '1700000000' is not an ISO datetime"),
     ],
 )
 def test_reading_a_broken_plan_file_fails_with_a_clear_message(mangle: Any, message: str) -> None:

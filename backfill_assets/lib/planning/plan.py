@@ -9,6 +9,7 @@ a UTC offset, in the plan's timezone.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
     AwareDatetime,
+    BeforeValidator,
     ConfigDict,
     PlainSerializer,
     TypeAdapter,
@@ -25,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from backfill_assets.constants import GATE_NAMES, PLAN_SCHEMA_VERSION, SHADOW_SUFFIX
@@ -38,8 +41,25 @@ ROLLBACK_STRATEGIES = ("backup",)
 MAX_PLAN_BYTES = 8 * 1024 * 1024
 
 _CONFIG = ConfigDict(extra="forbid")
+
+
+def _iso_instant(value: Any) -> Any:
+    """An instant in a plan is an ISO 8601 date-time: pydantic would also read a number, or a
+    string of digits, as seconds since 1970, so an edit to `created_at: 0` passed as a plan."""
+    if isinstance(value, dt.datetime):
+        return value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return dt.datetime.fromisoformat(value)
+    raise PydanticCustomError("datetime_parsing", "not an ISO 8601 date-time")
+
+
 # Instants keep the `isoformat()` spelling (+00:00, not Z) the contract has always used.
-Instant = Annotated[AwareDatetime, PlainSerializer(lambda v: v.isoformat(), when_used="json")]
+Instant = Annotated[
+    AwareDatetime,
+    BeforeValidator(_iso_instant),
+    PlainSerializer(lambda v: v.isoformat(), when_used="json"),
+]
 
 
 def rollback_command(plan_id: str) -> str:
