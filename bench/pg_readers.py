@@ -135,15 +135,9 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
         f"loaded in {facts['load_s']:.1f} s",
         flush=True,
     )
-    first = dt.date.fromisoformat(facts["first_day"])
-    last = dt.date.fromisoformat(facts["last_day"])
-    parameter_sets = {
-        shape: [
-            reader_shapes.params(shape, rep, first, last, size.pg_reader_rows_per_day)
-            for rep in range(size.pg_query_reps)
-        ]
-        for shape in SHAPES
-    }
+    parameter_sets = reader_shapes.parameter_sets(
+        SHAPES, facts, size.pg_reader_rows_per_day, size.pg_query_reps
+    )
     # The JIT shape runs in a session of its own: the self-join timed right after it in the
     # same session took 21.6 instead of 13.5 ms on the target (its parallel plan), which made
     # that shape's ratio 1.21 in one run and 1.07 in another.

@@ -94,6 +94,19 @@ def params(shape: str, run: int, first: dt.date, last: dt.date, rows_per_day: in
     return {}
 
 
+def parameter_sets(
+    shapes: Mapping[str, Any], history: Mapping[str, Any], rows_per_day: int, reps: int
+) -> dict[str, list[dict]]:
+    """`reps` parameter sets per shape over a measure's loaded history (its first_day and
+    last_day, ISO strings), the same for both tables and every round."""
+    first = dt.date.fromisoformat(history["first_day"])
+    last = dt.date.fromisoformat(history["last_day"])
+    return {
+        shape: [params(shape, rep, first, last, rows_per_day) for rep in range(reps)]
+        for shape in shapes
+    }
+
+
 def measure(
     ctx: BenchContext,
     shapes: Mapping[str, tuple[str, str, bool]],

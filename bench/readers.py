@@ -78,15 +78,9 @@ def run(ctx: BenchContext) -> dict[str, Any]:
         f"loaded in {facts['load_s']:.1f} s",
         flush=True,
     )
-    first = dt.date.fromisoformat(facts["first_day"])
-    last = dt.date.fromisoformat(facts["last_day"])
-    parameter_sets = {
-        shape: [
-            reader_shapes.params(shape, rep, first, last, size.reader_rows_per_day)
-            for rep in range(size.reader_query_reps)
-        ]
-        for shape in reader_shapes.SHAPES
-    }
+    parameter_sets = reader_shapes.parameter_sets(
+        reader_shapes.SHAPES, facts, size.reader_rows_per_day, size.reader_query_reps
+    )
     with duckdb.connect(str(path), read_only=True) as con:
 
         def time_query(shape: str, table: str, p: dict) -> float:
