@@ -32,6 +32,7 @@ from backfill_assets.constants import (
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
 from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES
+from backfill_assets.service.lease import acquire_writer, holder_for_command
 from backfill_assets.service.plans import plan_statuses
 from tests.e2e.test_daemon import (
     RUN_TIMEOUT_S,
@@ -515,23 +516,36 @@ def test_a_batch_launched_from_the_launchpad_waits_queued_while_a_daily_run_is_i
     for key, value in tags.items():
         expect(page.get_by_text(f"{key}: {value}").first).to_be_visible()
 
-    # The daily run first, launched by clicks; once it is in progress, the batch.
-    daily_page = page.context.new_page()
-    open_launchpad(daily_page, story, "orders_daily_job", partition=story.daily_day.isoformat())
-    daily_id = click_launch(daily_page)
-    run_status(daily_page, "Started")
-    batch_id = click_launch(page)
-    run_status(page, "Queued")
+    # The daily run writes one day in about a second, less than its run page takes to render.
+    # To be seen in progress it is held: the test takes the table's writer lease first, as a
+    # command would, so the daily run's step waits for it (and says so in its logs).
+    wh = dev.wh()
+    hold = holder_for_command("ui test: holds the daily run in progress")
+    acquire_writer(dev.instance, wh, plan.target, hold, wait_s=30)
+    try:
+        # The daily run first, launched by clicks; once it is in progress, the batch.
+        daily_page = page.context.new_page()
+        open_launchpad(daily_page, story, "orders_daily_job", partition=story.daily_day.isoformat())
+        daily_id = click_launch(daily_page)
+        run_status(daily_page, "Started")
+        filter_logs(daily_page, "writer lease")
+        expect(
+            daily_page.get_by_text(re.compile("waiting for .*writer lease")).first
+        ).to_be_visible(timeout=RUN_TIMEOUT_MS)
+        batch_id = click_launch(page)
+        run_status(page, "Queued")
 
-    page.goto(story.url("/runs"))
-    batch_row = run_row(page, batch_id)
-    expect(batch_row).to_contain_text("Queued")
-    expect(batch_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
-    expect(batch_row).to_contain_text(f"{BATCH_TAG}: {batch.index}")
-    # The daily run may have ended by the time its row is read (it takes seconds); that the
-    # batch never overlapped it is checked on the records below.
-    expect(run_row(page, daily_id)).to_contain_text(re.compile("Started|Success"))
-    shot(page, "ui-batch-queued")
+        page.goto(story.url("/runs"))
+        batch_row = run_row(page, batch_id)
+        expect(batch_row).to_contain_text("Queued")
+        expect(batch_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
+        expect(batch_row).to_contain_text(f"{BATCH_TAG}: {batch.index}")
+        expect(run_row(page, daily_id)).to_contain_text("Started")
+        shot(page, "ui-batch-queued")
+        assert status_of(story, daily_id) == dg.DagsterRunStatus.STARTED
+        assert status_of(story, batch_id) == dg.DagsterRunStatus.QUEUED
+    finally:
+        wh.release_writer(plan.target, hold.holder_id)
 
     # After the daily run, the batch runs, and passes.
     wait_for(
