@@ -68,6 +68,13 @@ def test_the_demo_killed_half_way_then_run_again_tells_the_whole_story_and_exits
     assert "(demo state was reset" in out
     assert "[swap] 90 partitions moved into orders_daily atomically" in out
     assert "-> 0;" in out  # no order left with a wrong FX rate
+    # What `plan --stale` finds: every day built by v1 before, all but the 90 swapped after.
+    found = r"\[stale\] {}, .* finds orders_daily: (\d+) of (\d+) built partitions built by a"
+    before = re.search(found.format("before the backfill"), out)
+    after = re.search(found.format("after the swap"), out)
+    assert before and after, out
+    assert int(before[1]) == int(before[2]) == int(after[2])
+    assert int(after[1]) == int(before[1]) - 90
     assert "[halted]" in out and "sample_gate" in out
     assert "[swap] REFUSED" in out
     assert "unchanged: True" in out

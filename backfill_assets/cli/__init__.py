@@ -186,8 +186,19 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.planning.criteria import Criteria, load_criteria_yaml
     from backfill_assets.lib.planning.markdown import render_markdown
-    from backfill_assets.service.planner import plan_backfill
+    from backfill_assets.service.planner import plan_backfill, plan_stale
 
+    stale = a.stale or a.built_by is not None
+    if stale and (a.start or a.end):
+        raise InvalidInput(
+            "--stale finds the range from what is stale: leave out --start and --end, or leave "
+            "out --stale to plan the range you name"
+        )
+    if not stale and not (a.start and a.end):
+        raise InvalidInput(
+            "plan needs --start and --end (YYYY-MM-DD, inclusive), or --stale to plan the "
+            "partitions built by an older code version"
+        )
     c = _context(a)
     criteria = None
     if a.criteria:
@@ -196,32 +207,61 @@ def cmd_plan(a: argparse.Namespace) -> int:
         criteria = load_criteria_yaml(text, base)
     request = PlanRequest(
         target=a.target,
-        start=a.start,
-        end=a.end,
+        start=a.start or "",
+        end=a.end or "",
         window=a.window,
         timezone=a.timezone,
         rollback=a.rollback,
         criteria=criteria,
     )
-    plan = plan_backfill(
-        request,
-        asset_graph=c.defs.resolve_asset_graph(),
-        tables=c.tables,
-        instance=c.instance,
-        warehouse=c.wh,
-        now=_now(),
-    )
-    text = plan.to_json() if a.format == "json" else render_markdown(plan)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    inputs = {
+        "asset_graph": c.defs.resolve_asset_graph(),
+        "tables": c.tables,
+        "instance": c.instance,
+        "warehouse": c.wh,
+        "now": _now(),
+    }
+    if not stale:
+        plans = [plan_backfill(request, **inputs)]
+    else:
+        scan, plans = plan_stale(request, built_by=a.built_by, **inputs)
+        for line in scan.summary():
+            print(line, file=sys.stderr)
+        if not plans:
+            print(
+                f"nothing to backfill: no partition of {a.target} is {scan.rule}", file=sys.stderr
+            )
+            return EXIT_OK
+        if len(plans) > 1 and a.format == "json" and not a.out:
+            raise InvalidInput(
+                f"{len(plans)} stale ranges make {len(plans)} plans, one per range; pass --out "
+                "FILE.json to write FILE-1.json ... (or --format markdown to read them here)"
+            )
+    for i, plan in enumerate(plans, start=1):
+        text = plan.to_json() if a.format == "json" else render_markdown(plan)
+        if a.out:
+            out = _numbered(Path(a.out), i) if len(plans) > 1 else Path(a.out)
+            out.write_text(text + "\n")
+            print(
+                f"plan {plan.plan_id}: {plan.start}..{plan.end}, {len(plan.batches)} batches, "
+                f"{len(plan.partitions)} partitions -> {out}",
+                file=sys.stderr,
+            )
+        else:
+            print(text)
+    if len(plans) > 1:
         print(
-            f"plan {plan.plan_id}: {len(plan.batches)} batches, {len(plan.partitions)} "
-            f"partitions -> {a.out}",
+            f"{len(plans)} plans, one per stale range, in date order. A table holds one plan's "
+            "shadow and backup at a time: approve the next once the one before it is swapped "
+            "and its backup released (`backfill-assets release PLAN`), or abandoned",
             file=sys.stderr,
         )
-    else:
-        print(text)
     return EXIT_OK
+
+
+def _numbered(path: Path, i: int) -> Path:
+    """plan.json -> plan-1.json: one file per plan when --stale finds several ranges."""
+    return path.with_name(f"{path.stem}-{i}{path.suffix}")
 
 
 def cmd_approve(a: argparse.Namespace) -> int:
@@ -603,8 +643,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("plan", "build a reviewable plan (no side effects)", cmd_plan)
     s.add_argument("target", help="the backfillable table (its asset key)")
-    s.add_argument("--start", required=True, help="first partition, YYYY-MM-DD (inclusive)")
-    s.add_argument("--end", required=True, help="last partition, YYYY-MM-DD (inclusive)")
+    s.add_argument("--start", help="first partition, YYYY-MM-DD (inclusive)")
+    s.add_argument("--end", help="last partition, YYYY-MM-DD (inclusive)")
+    s.add_argument(
+        "--stale",
+        action="store_true",
+        help="instead of --start/--end: plan the partitions whose latest materialization was "
+        "built by a code version other than the table's current one (one plan per range of "
+        "consecutive days; never-built partitions are reported, not planned)",
+    )
+    s.add_argument(
+        "--built-by",
+        metavar="VERSION",
+        help="with --stale: only the partitions built by this code version",
+    )
     s.add_argument("--window", help="idle window HH:MM-HH:MM (may cross midnight)")
     s.add_argument("--timezone", help="window timezone (default: the partitions' timezone)")
     s.add_argument(

@@ -11,6 +11,7 @@ results of two calls does not conflict. The tables come from the run's code loca
 """
 
 import datetime as dt
+from typing import Any
 
 import dagster as dg
 
@@ -27,11 +28,11 @@ from backfill_assets.constants import (
     START_OP,
     WAREHOUSE_RESOURCE_KEY,
 )
-from backfill_assets.errors import ExecutionRefused
+from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.criteria import load_criteria_yaml
 from backfill_assets.service.batch_driver import pause_plan, start_plan
-from backfill_assets.service.planner import plan_backfill
+from backfill_assets.service.planner import plan_backfill, plan_stale
 from backfill_assets.service.plans import approve_plan, load_plan, propose_plan
 from backfill_assets.service.runs import code_location
 from backfill_assets.service.tables import backfill_tables, table_for
@@ -52,11 +53,15 @@ _RESOURCES = {WAREHOUSE_RESOURCE_KEY}
 
 
 class PlanBackfillConfig(dg.Config):
-    """The same inputs as `backfill-assets plan` (dates inclusive, YYYY-MM-DD)."""
+    """The same inputs as `backfill-assets plan` (dates inclusive, YYYY-MM-DD). With `stale`
+    the range is found instead (leave start and end empty): one plan per range of consecutive
+    partitions built by another code version (or by `built_by`)."""
 
     target: str
-    start: str
-    end: str
+    start: str = ""
+    end: str = ""
+    stale: bool = False
+    built_by: str = ""
     window: str = ""
     timezone: str = ""
     rollback: str = ""
@@ -97,6 +102,17 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
     if config.criteria_yaml.strip():
         table = table_for(tables, config.target, what="target")
         criteria = load_criteria_yaml(config.criteria_yaml, table.criteria)
+    stale = config.stale or bool(config.built_by)
+    if stale and (config.start or config.end):
+        raise InvalidInput(
+            "stale: true finds the range from what is stale: leave start and end empty, or set "
+            "stale: false to plan the range you name"
+        )
+    if not stale and not (config.start and config.end):
+        raise InvalidInput(
+            "set start and end (YYYY-MM-DD, inclusive), or stale: true to plan the partitions "
+            "built by an older code version"
+        )
     request = PlanRequest(
         target=config.target,
         start=config.start,
@@ -106,20 +122,27 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
         rollback=config.rollback or None,
         criteria=criteria,
     )
-    plan = plan_backfill(
-        request,
-        asset_graph=graph,
-        tables=tables,
-        instance=context.instance,
-        warehouse=getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter(),
-        now=dt.datetime.now(dt.UTC),
-    )
-    status = propose_plan(context.instance, plan)
-    context.log.info(
-        f"plan {plan.plan_id} {status}: {len(plan.batches)} batches; approve it with "
-        f"{APPROVE_JOB} (plan_id: {plan.plan_id})"
-    )
-    return plan.plan_id
+    inputs: dict[str, Any] = {
+        "asset_graph": graph,
+        "tables": tables,
+        "instance": context.instance,
+        "warehouse": getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter(),
+        "now": dt.datetime.now(dt.UTC),
+    }
+    if not stale:
+        plans = [plan_backfill(request, **inputs)]
+    else:
+        scan, plans = plan_stale(request, built_by=config.built_by or None, **inputs)
+        context.log.info("\n".join(scan.summary()))
+        if not plans:
+            context.log.info(f"nothing to backfill: no partition of {config.target} is {scan.rule}")
+    for plan in plans:  # every plan was built before any is proposed
+        status = propose_plan(context.instance, plan)
+        context.log.info(
+            f"plan {plan.plan_id} ({plan.start}..{plan.end}) {status}: {len(plan.batches)} "
+            f"batches; approve it with {APPROVE_JOB} (plan_id: {plan.plan_id})"
+        )
+    return ",".join(p.plan_id for p in plans)
 
 
 @dg.op(

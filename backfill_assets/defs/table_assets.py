@@ -61,6 +61,7 @@ from backfill_assets.service.runs import code_location
 from backfill_assets.service.swap import (
     perform_rollback,
     perform_swap,
+    recorded_code_versions,
     swap_materializations,
 )
 from backfill_assets.service.tables import backfill_tables
@@ -244,7 +245,9 @@ def table_definitions(
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_SWAP, config.plan_id)
         result = perform_swap(context.instance, table, wh, config.plan_id)
-        for event in swap_materializations(table, result, "swap", wh.table_rows(spec)):
+        versions = recorded_code_versions(context.instance, config.plan_id, "in")
+        rows = wh.table_rows(spec)
+        for event in swap_materializations(table, result, "swap", rows, versions):
             context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions in "
@@ -260,7 +263,9 @@ def table_definitions(
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_ROLLBACK, config.plan_id)
         result = perform_rollback(context.instance, table, wh, config.plan_id)
-        for event in swap_materializations(table, result, "rollback", wh.table_rows(spec)):
+        versions = recorded_code_versions(context.instance, config.plan_id, "out")
+        rows = wh.table_rows(spec)
+        for event in swap_materializations(table, result, "rollback", rows, versions):
             context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions restored in "

@@ -211,6 +211,7 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.refresh import refresh_downstream
+    from backfill_assets.service.stale import find_stale
     from backfill_assets.service.status import plan_status, render_status
     from backfill_assets.service.swap import release_backup
     from backfill_assets.service.tables import backfill_tables
@@ -295,6 +296,13 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
                 log_level=QUIET,
             )
 
+    def stale_lines(when: str, at: dt.datetime) -> None:
+        scan = find_stale(instance, table, now=at)
+        head, *rest = scan.summary()
+        say(f"[stale] {when}, `backfill-assets plan orders_daily --stale` finds {head}")
+        for line in rest:
+            say(f"   {line.strip()}")
+
     spec = table.spec
     status = 0
     if scenario in ("story", "all"):
@@ -303,6 +311,7 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         s_start, s_end = yesterday - dt.timedelta(days=95), yesterday - dt.timedelta(days=6)
         wrong_before = _wrong_fx_rows(wh, s_start, s_end)
         rev_before = _revenue(wh, s_start, s_end)
+        stale_lines("before the backfill", now)
         plan = plan_and_approve(s_start, s_end)
         t = time.perf_counter()
         run(plan)
@@ -331,6 +340,7 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         )
         if wrong_after:
             status = 1
+        stale_lines("after the swap", now)
         with _runs_output_to_log():
             release_backup(instance, tables, wh, plan.plan_id)
         say(f"[release] backup of {plan.plan_id} released (the target is free for a new plan)")

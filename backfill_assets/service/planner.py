@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,8 @@ from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.history import batch_rates, daily_run_durations
+from backfill_assets.service.stale import StaleScan, find_stale
+from backfill_assets.service.tables import table_for
 
 
 def plan_backfill(
@@ -67,3 +70,37 @@ def plan_backfill(
         now=now,
     )
     return build_plan(request, inputs)
+
+
+def plan_stale(
+    request: PlanRequest,
+    *,
+    asset_graph: Any,
+    tables: Mapping[str, BackfillableTable],
+    instance: dg.DagsterInstance,
+    warehouse: Warehouse,
+    now: dt.datetime,
+    built_by: str | None = None,
+) -> tuple[StaleScan, list[BackfillPlan]]:
+    """Plan what is stale (`plan --stale`): find the target's stale partitions in Dagster's
+    materialization history, then one plan per range of consecutive stale days, each saying why
+    each of its partitions is in it. `request`'s start and end are ignored. Every plan is built
+    before any is returned, so a refusal of one (the daily run's overlap, no window) refuses
+    them all; nothing stale gives no plans.
+    """
+    table = table_for(dict(tables), request.target, what="target")
+    scan = find_stale(instance, table, now=now, built_by=built_by)
+    plans = [
+        plan_backfill(
+            dataclasses.replace(
+                request, start=start.isoformat(), end=end.isoformat(), why=scan.why(start, end)
+            ),
+            asset_graph=asset_graph,
+            tables=tables,
+            instance=instance,
+            warehouse=warehouse,
+            now=now,
+        )
+        for start, end in scan.ranges
+    ]
+    return scan, plans

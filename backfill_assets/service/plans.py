@@ -35,7 +35,9 @@ STARTED_AT = "started_at"
 STARTED_BY = "started_by"
 APPROVED_BY = "approved_by"
 OVERRUN = "overrun"
-CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN)
+# Per partition, the code versions the swap put in and took out (service.swap).
+CODE_VERSIONS = "code_versions"
+CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN, CODE_VERSIONS)
 
 
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:

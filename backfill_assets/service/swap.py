@@ -14,16 +14,24 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
+from backfill_assets.constants import CODE_VERSION_TAG
 from backfill_assets.errors import ExecutionRefused, SwapRefused
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import SwapResult, Warehouse
 from backfill_assets.service.gating import blockers, describe_blockers, gate_states
-from backfill_assets.service.plans import load_plan, record_status
+from backfill_assets.service.plans import (
+    CODE_VERSIONS,
+    latest_plan_record,
+    load_plan,
+    record_status,
+)
+from backfill_assets.service.stale import latest_builds
 from backfill_assets.service.tables import table_for
 
 
@@ -57,6 +65,7 @@ def perform_swap(
     why = swap_blockers(instance, plan)
     if why:
         raise SwapRefused(why)
+    versions = _code_versions(instance, plan)  # read before the swap records anything
     result = wh.swap(table.spec, plan_id, _days(plan))
     record_status(
         instance,
@@ -65,8 +74,33 @@ def perform_swap(
         swap_seconds=round(result.seconds, 4),
         swapped_weeks=result.weeks,
         driving=False,
+        **{CODE_VERSIONS: versions},
     )
     return result
+
+
+def _code_versions(instance: dg.DagsterInstance, plan: BackfillPlan) -> dict[str, Any]:
+    """Per partition, the code version that built the shadow ("in") and the one that built
+    what the swap replaces ("out"), from their latest materializations. The swap's and the
+    rollback's materializations of the target carry them, so that `plan --stale` reads what
+    built each partition of the target whichever path wrote it."""
+
+    def versions(key: str) -> dict[str, str | None]:
+        builds = latest_builds(instance, dg.AssetKey.from_user_string(key), plan.partitions)
+        return {p: (builds[p].code_version if p in builds else None) for p in plan.partitions}
+
+    return {"in": versions(plan.shadow), "out": versions(plan.target)}
+
+
+def recorded_code_versions(
+    instance: dg.DagsterInstance, plan_id: str, side: str
+) -> dict[str, str | None]:
+    """The code versions the plan's swap recorded: "in" (what the swap put in the target), or
+    "out" (what it replaced, which a rollback puts back). Empty when none were recorded."""
+    rec = latest_plan_record(instance, plan_id) or {}
+    found = rec.get(CODE_VERSIONS)
+    side_versions = found.get(side) if isinstance(found, dict) else None
+    return dict(side_versions) if isinstance(side_versions, dict) else {}
 
 
 def perform_rollback(
@@ -136,14 +170,26 @@ def abandon_plan(
 
 
 def swap_materializations(
-    table: BackfillableTable, result: SwapResult, action: str, table_rows: int | None = None
+    table: BackfillableTable,
+    result: SwapResult,
+    action: str,
+    table_rows: int | None = None,
+    code_versions: Mapping[str, str | None] | None = None,
 ) -> list[dg.AssetMaterialization]:
     """One materialization of the target per swapped partition, with rows and checksums, and
-    the whole table's rows after it (`table_rows`) as Dagster's `dagster/row_count`."""
+    the whole table's rows after it (`table_rows`) as Dagster's `dagster/row_count`. Each
+    carries the code version that built the rows it put in (`code_versions`, by partition) as
+    Dagster's `dagster/code_version`, as a run of the target would."""
+    versions = code_versions or {}
     return [
         dg.AssetMaterialization(
             asset_key=table.key,
             partition=day.isoformat(),
+            tags=(
+                {CODE_VERSION_TAG: str(versions[day.isoformat()])}
+                if versions.get(day.isoformat()) is not None
+                else None
+            ),
             metadata={
                 "action": action,
                 "plan_id": result.plan_id,

@@ -86,6 +86,7 @@ class PlanRequest:
     timezone: str | None = None  # default: the target's partitions timezone
     rollback: str | None = None  # only "backup" is supported
     criteria: Criteria | None = None  # None -> the target's default criteria
+    why: Mapping[str, str] | None = None  # partition -> why it is in the plan (`--stale`)
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,7 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         window=PlanWindow(hhmm(window.start), hhmm(window.end), tz_name),
         rollback=Rollback(strategy, rollback_command(plan_id)),
         batches=tuple(batches),
+        why=dict(request.why or {}),
     )
 
 

@@ -35,6 +35,7 @@ def render_markdown(plan: BackfillPlan) -> str:
         "",
         f"Created {plan.created_at.isoformat()} (plan schema v{plan.schema_version}).",
         "",
+        *_why(plan),
         "## 1. Criteria (written first)",
         "",
         *_criteria(plan.criteria),
@@ -86,6 +87,30 @@ def render_markdown(plan: BackfillPlan) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _why(plan: BackfillPlan) -> list[str]:
+    """Why the partitions are in the plan (a plan of what is stale), consecutive days with the
+    same reason on one line."""
+    if not plan.why:
+        return []
+    lines = ["## Why these partitions (stale)", ""]
+    run: list[str] = []  # [first, last, reason]
+    for key in plan.partitions:
+        reason = plan.why.get(key, "not stale (inside a stale range)")
+        if run and run[2] == reason:
+            run[1] = key
+            continue
+        if run:
+            lines.append(_why_line(*run))
+        run = [key, key, reason]
+    lines.append(_why_line(*run))
+    return [*lines, ""]
+
+
+def _why_line(first: str, last: str, reason: str) -> str:
+    days = first if first == last else f"{first}..{last}"
+    return f"- {days}: {reason}"
 
 
 def _criteria(criteria: Criteria) -> list[str]:

@@ -14,6 +14,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
+from dataclasses import field
 from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import (
@@ -269,6 +270,10 @@ class BackfillPlan:
     window: PlanWindow
     rollback: Rollback
     batches: tuple[Batch, ...]
+    # Why each partition is in the plan, for a plan of what is stale (`plan --stale`): partition
+    # -> "built by code version 1 on 2026-09-03 (run 1a2b3c4d)". Empty for a plan of a range
+    # the user named. Optional: plans written before it read as empty.
+    why: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def end_exclusive(self) -> dt.date:
@@ -352,7 +357,8 @@ class BackfillPlan:
 
 
 PLAN_ADAPTER = TypeAdapter(BackfillPlan)
-PLAN_KEYS = tuple(BackfillPlan.__dataclass_fields__)
+# The keys every plan has; `why` may be absent (plans from before it).
+PLAN_KEYS = tuple(k for k in BackfillPlan.__dataclass_fields__ if k != "why")
 
 
 SCHEMA_FILE = "plan.schema.json"
@@ -482,6 +488,9 @@ def verify_integrity(plan: BackfillPlan) -> None:
             raise bad(f"batch {i} slot ends before it starts")
         if i > 1 and batch.slot.start < plan.batches[i - 2].slot.end:
             raise bad(f"batch {i} slot starts before batch {i - 1} ends")
+    outside = sorted(set(plan.why) - set(plan.partitions))
+    if outside:
+        raise bad(f"why names partitions outside the plan ({', '.join(outside[:3])})")
 
 
 def _keys(start: dt.date, n_days: int) -> tuple[str, ...]:
