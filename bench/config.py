@@ -63,6 +63,10 @@ class Size:
     reader_weeks: int = 261
     reader_rows_per_day: int = 10_000
     reader_query_reps: int = 5
+    # driver: past plans in the instance (each recorded proposed, approved, swapped, released),
+    # and the driver sensor's ticks per instance and round.
+    driver_past_plans: int = 1_000
+    driver_ticks: int = 10
 
     @property
     def start(self) -> dt.date:
@@ -97,6 +101,8 @@ SIZES: dict[str, Size] = {
         reader_weeks=26,
         reader_rows_per_day=200,
         reader_query_reps=3,
+        driver_past_plans=20,
+        driver_ticks=3,
     ),
     "default": Size(
         name="default",

@@ -471,12 +471,31 @@ def _readers(r: dict[str, Any]) -> list[str]:
     return out + _goals(r["goals"])
 
 
+def _driver(r: dict[str, Any]) -> list[str]:
+    rows = [
+        ["past plans (proposed, approved, swapped, released)", f"{r['past_plans']:,}"],
+        ["driver sensor tick, no past plans, ms (median)", _f(r["tick_ms_no_past_plans"], 1)],
+        [
+            f"driver sensor tick, {r['past_plans']:,} past plans, ms (median)",
+            _f(r["tick_ms_with_past_plans"], 1),
+        ],
+        ["with / without", _f(r["with_over_without"], 2)],
+    ]
+    return [
+        *_banner(r),
+        *_table(["driver", ""], rows, right_from=1),
+        *_part_load(r),
+        *_goals(r["goals"]),
+    ]
+
+
 RENDERERS = {
     "safety_overhead": _safety,
     "swap_scaling": _swap,
     "gates": _gates,
     "planning": _planning,
     "readers": _readers,
+    "driver": _driver,
     "postgres": _postgres,
 }
 

@@ -23,7 +23,15 @@ from bench.load import NO_VERDICT, agreement, all_noisy, kept
 from bench.measure import goal
 
 REPO = Path(__file__).resolve().parent.parent
-MEASURES = ("safety_overhead", "swap_scaling", "gates", "planning", "readers", "postgres")
+MEASURES = (
+    "safety_overhead",
+    "swap_scaling",
+    "gates",
+    "planning",
+    "readers",
+    "driver",
+    "postgres",
+)
 PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
 PG_SHAPES = (
     "revenue_by_day_90d",
@@ -89,6 +97,8 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     assert {g["goal"] for g in readers["goals"]} == {
         f"reader {shape} target/plain <= 1.2" for shape in DUCKDB_SHAPES
     }
+    driver = doc["driver"]["results"]
+    assert driver["past_plans"] == 20 and driver["tick_ms_with_past_plans"] > 0
     assert doc["machine"]["nproc"] >= 1
     assert_load_recorded(doc)
     # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
@@ -109,6 +119,7 @@ TIMED_PARTS = (
     ("gates",),
     ("planning",),
     ("readers",),
+    ("driver",),
     ("postgres", "backfill"),
     ("postgres", "swap"),
     ("postgres", "blocked_readers"),
@@ -125,6 +136,7 @@ ISSUE_GOALS = {
     "swap_scaling": [("swap ms at", "<= 50"), ("rollback ms at", "<= 50")],
     "gates": [("gate time / shadow write time per batch", "<= 20%")],
     "planning": [("plan ", "<= 0.5")],
+    "driver": [("driver tick ms with ", "<= 200")],
 }
 
 
