@@ -48,6 +48,7 @@ def test_a_90_day_plan_is_batched_weekly_around_the_daily_run_and_holds_the_cont
     assert main([*GOOD, "--out", str(out)]) == 0
     plan = json.loads(out.read_text())
     assert len(plan["partitions"]) == 90
+    assert "why" not in plan  # only a plan of what is stale says why
     assert len(plan["batches"]) == 14  # ISO weeks touched by 2026-01-01..03-31
     assert plan["shadow"] == "orders_daily__shadow" != plan["target"]
     assert all("row_count_gate" in b["gates"] for b in plan["batches"])

@@ -135,6 +135,19 @@ def test_plan_stale_writes_one_plan_per_range_saying_why_and_nothing_once_it_is_
     assert "## Why these partitions (stale)" in markdown
     assert "- 2026-01-01..2026-01-07: built by code version 1 on " in markdown
 
+    # The reasons are part of the plan: edited or dropped, approve refuses the file.
+    for edit in ("reworded", "dropped"):
+        edited = dict(plans[0])
+        if edit == "dropped":
+            del edited["why"]
+        else:
+            edited["why"] = {**edited["why"], "2026-01-01": "built by code version 2 on 2026-01-01"}
+        path = tmp_path / f"edited-{edit}.json"
+        path.write_text(json.dumps(edited))
+        capsys.readouterr()
+        assert main(["approve", str(path)]) == 2, edit
+        assert "does not match its target, range" in capsys.readouterr().err, edit
+
     # JSON of several plans to stdout would be two documents: refused, pointing at --out.
     assert main(PLAN_ARGS) == 2
     assert "pass --out" in capsys.readouterr().err

@@ -220,6 +220,7 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         timezone=tz_name,
         rollback=strategy,
         criteria=criteria,
+        why=request.why,
     )
     total_rows = rows.total
     cost = Cost(

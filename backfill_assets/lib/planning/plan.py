@@ -77,25 +77,27 @@ def compute_plan_id(
     timezone: str,
     rollback: str,
     criteria: Criteria,
+    why: Mapping[str, str] | None = None,
 ) -> str:
     """Deterministic plan id: "p" + 10 hex digits of sha256 over the canonical request.
 
     The same request always gets the same id (so re-planning is idempotent and the id can name
-    physical backup tables); `now` and estimates are deliberately left out.
+    physical backup tables); `now` and estimates are deliberately left out. A plan of what is
+    stale has its reasons (`why`) in the id too, so that they cannot be edited either; a plan
+    without reasons keeps the id it always had.
     """
-    canonical = json.dumps(
-        {
-            "target": target,
-            "start": start.isoformat(),
-            "end": end.isoformat(),
-            "window": window,
-            "timezone": timezone,
-            "rollback": rollback,
-            "criteria": criteria.to_dict(),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    request: dict[str, Any] = {
+        "target": target,
+        "start": start.isoformat(),
+        "end": end.isoformat(),
+        "window": window,
+        "timezone": timezone,
+        "rollback": rollback,
+        "criteria": criteria.to_dict(),
+    }
+    if why:
+        request["why"] = dict(why)
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"))
     return "p" + hashlib.sha256(canonical.encode()).hexdigest()[:10]
 
 
@@ -281,8 +283,12 @@ class BackfillPlan:
         return self.end + dt.timedelta(days=1)
 
     def to_dict(self) -> dict[str, Any]:
-        """The plan as JSON-native data (lists, strings, numbers), keys in contract order."""
-        return PLAN_ADAPTER.dump_python(self, mode="json")
+        """The plan as JSON-native data (lists, strings, numbers), keys in contract order.
+        `why` only when there are reasons (a plan of what is stale)."""
+        data = PLAN_ADAPTER.dump_python(self, mode="json")
+        if not data["why"]:
+            del data["why"]
+        return data
 
     def to_json(self, indent: int | None = 2) -> str:
         """The plan as a JSON document."""
@@ -450,11 +456,12 @@ def verify_integrity(plan: BackfillPlan) -> None:
         timezone=plan.window.timezone,
         rollback=plan.rollback.strategy,
         criteria=plan.criteria,
+        why=plan.why,
     )
     if plan.plan_id != expected_id:
         raise bad(
-            f"plan_id {plan.plan_id} does not match its target, range, window, timezone, rollback "
-            f"and criteria (expected {expected_id})"
+            f"plan_id {plan.plan_id} does not match its target, range, window, timezone, rollback, "
+            f"criteria and reasons (expected {expected_id})"
         )
     if plan.rollback.strategy not in ROLLBACK_STRATEGIES:
         raise bad(
