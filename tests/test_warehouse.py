@@ -188,3 +188,51 @@ def test_a_file_written_before_checksums_were_recorded_swaps_and_rolls_back_exac
     back = seeded.rollback(SPEC, "pl")
     assert {d: m.checksum_in for d, m in back.partitions.items()} == {d: before[d] for d in days}
     assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before
+
+
+_READ_IN_ANOTHER_PROCESS = """
+import sys, duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print(con.execute(
+    "SELECT count(*), bit_xor(hash(order_id, net_revenue_usd)) FROM orders_daily "
+    "WHERE order_date >= DATE '2026-01-05' AND order_date < DATE '2026-01-19'"
+).fetchone())
+"""
+
+
+def _read_elsewhere(path: Path) -> str:
+    """The swapped range as a new process reads it: opening the file replays its log."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _READ_IN_ANOTHER_PROCESS, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_a_swap_and_a_rollback_leave_their_checkpoint_to_the_next_write_and_are_durable(seeded):
+    """Swap and rollback skip the checkpoint on close (it rewrites the whole catalog); their
+    commits stay in the write-ahead log, which another process replays when it opens the file,
+    and the next write checkpoints."""
+    path, wal = Path(seeded.path), Path(seeded.path + ".wal")
+    start, end = D(2026, 1, 5), D(2026, 1, 19)
+    days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
+    before = _read_elsewhere(path)
+    shadow(seeded, "pw", start, end)
+    assert not wal.exists()  # a write checkpoints when it closes
+    seeded.swap(SPEC, "pw", days)
+    assert wal.exists() and wal.stat().st_size > 0
+    swapped = _read_elsewhere(path)
+    assert swapped != before
+    assert swapped == _read_elsewhere(path)  # a read-only replay leaves the log as it was
+    seeded.rollback(SPEC, "pw")
+    assert wal.exists()
+    assert _read_elsewhere(path) == before
+    seeded.replace_partitions(SPEC, D(2026, 1, 25), D(2026, 1, 26), build=ORDERS_SQL)
+    assert not wal.exists()  # checkpointed by the next write, the swap and rollback with it
+    assert _read_elsewhere(path) == before
