@@ -23,6 +23,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from backfill_assets.constants import (
     BATCH_TAG,
     PLAN_ID_TAG,
+    PLAN_JOB,
+    PLAN_OP,
     ROLE_DAILY,
     ROLE_TAG,
     START_JOB,
@@ -33,7 +35,8 @@ from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
 from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES
 from backfill_assets.service.lease import acquire_writer, holder_for_command
-from backfill_assets.service.plans import plan_statuses
+from backfill_assets.service.plans import load_plan, plan_statuses
+from backfill_assets.service.stale import find_stale
 from tests.e2e.test_daemon import (
     RUN_TIMEOUT_S,
     defs,
@@ -610,3 +613,55 @@ def test_the_target_plots_its_rows_per_partition(story: Story, page: Page, shot:
     expect(title).to_be_visible(timeout=30_000)
     expect(page.locator("canvas").first).to_be_visible()
     shot(page, "ui-target-row-count-plot")
+
+
+# -- 9. planning what is stale from the Launchpad -------------------------------------------------
+
+
+def test_the_planning_job_plans_what_is_stale_and_each_plan_says_why(
+    story: Story, page: Page, shot: Shot
+):
+    """`stale: true` in the planning job's config, no dates: it finds the days of orders_daily
+    still built by code version 1 (the seeded history outside the swapped plan) and proposes a
+    plan per range of them, whose Markdown says why each day is in it."""
+    dev = story.dev
+    wait_for("no run in progress", lambda: nothing_in_progress(story), RUN_TIMEOUT_S, dev)
+    scan = find_stale(dev.instance, ORDERS, now=dt.datetime.now(dt.UTC))
+    assert scan.ranges, "the story leaves v1 history outside its plan"
+    before = set(plan_statuses(dev.instance, ORDERS.key))
+    config = (
+        f"ops: {{{PLAN_OP}: {{config: {{target: {ORDERS.key}, stale: true, "
+        "window: 03:00-23:00, rollback: backup}}}"
+    )
+    open_launchpad(page, story, PLAN_JOB, config)
+    run_id = click_launch(page)
+    run_status(page, "Success")
+    filter_logs(page, "range")
+    expect(
+        page.get_by_text(re.compile(r"built by a code version other than 2")).first
+    ).to_be_visible()
+    shot(page, "ui-plan-stale-run")
+    assert status_of(story, run_id) == dg.DagsterRunStatus.SUCCESS
+
+    proposed = {
+        pid: status
+        for pid, (_, status) in plan_statuses(dev.instance, ORDERS.key).items()
+        if pid not in before
+    }
+    assert len(proposed) == len(scan.ranges) and set(map(str, proposed.values())) == {"proposed"}
+    plans = sorted(
+        (load_plan(dev.instance, pid, allow_proposed=True)[0] for pid in proposed),
+        key=lambda p: p.start,
+    )
+    assert [(p.start, p.end) for p in plans] == scan.ranges
+    first = plans[0]
+    page.set_viewport_size(TALL)
+    page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={first.plan_id}"))
+    expect(metadata_row(page, "status")).to_contain_text("proposed")
+    metadata_row(page, "plan_markdown").get_by_text("[Show Markdown]").click()
+    md = page.get_by_role("dialog")
+    expect(md.get_by_role("heading", name="Why these partitions (stale)")).to_be_visible()
+    expect(
+        md.get_by_text(re.compile(r"built by code version 1 on \d{4}-\d{2}-\d{2}")).first
+    ).to_be_visible()
+    shot(page, "ui-plan-stale-why")
