@@ -236,3 +236,17 @@ def test_nothing_stale_is_said_and_exits_0(defs, instance, landed, tmp_path, cap
     assert "nothing to backfill" in err
     assert "0 of 21 built partitions" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_build_without_a_recorded_code_version_is_stale_and_says_so(instance):
+    """A materialization with no code version (e.g. a swap made before swaps recorded one) is
+    stale by the default rule, says so, and is left out by --built-by naming the old version."""
+    day = dt.date(2026, 3, 4)
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=ORDERS.key, partition=day.isoformat())
+    )
+    scan = find_stale(instance, ORDERS, now=NOW)
+    assert scan.ranges == [(day, day)]
+    assert scan.why(day, day)[day.isoformat()].startswith("built by no recorded code version on ")
+    assert "(1 day, code version none recorded)" in "\n".join(scan.summary())
+    assert find_stale(instance, ORDERS, now=NOW, built_by="1").stale == {}

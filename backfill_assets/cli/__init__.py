@@ -655,7 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--built-by",
         metavar="VERSION",
-        help="with --stale: only the partitions built by this code version",
+        help="--stale, but only the partitions built by this code version (implies --stale)",
     )
     s.add_argument("--window", help="idle window HH:MM-HH:MM (may cross midnight)")
     s.add_argument("--timezone", help="window timezone (default: the partitions' timezone)")

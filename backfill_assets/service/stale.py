@@ -78,9 +78,12 @@ class StaleScan:
             + (f", in {len(self.ranges)} range(s):" if self.stale else "")
         ]
         for start, end in self.ranges:
-            versions = sorted({str(self.stale[d].code_version) for d in _days(start, end)})
+            versions = sorted(
+                {self.stale[d].code_version or "none recorded" for d in _days(start, end)}
+            )
+            n = (end - start).days + 1
             lines.append(
-                f"  {start}..{end} ({(end - start).days + 1} days, code version "
+                f"  {start}..{end} ({n} day{'s' if n != 1 else ''}, code version "
                 f"{', '.join(versions)})"
             )
         if self.never_built:

@@ -9,6 +9,7 @@ to pause it at a named statement so the SIGKILL lands inside the transaction, or
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import random
 import shutil
@@ -288,12 +289,12 @@ def test_a_batch_killed_mid_run_does_not_keep_the_tables_writer_from_its_rerun(
     assert holder is None or holder.holder_id not in dead
 
 
-def _driver_tick(defs, instance):
+def _driver_tick(defs, instance, table, now):
     """One evaluation of the batch driver by a daemon that just (re)started: a sensor built
     afresh, a fresh context; the only state is the instance's."""
     from backfill_assets.defs.table_assets import table_definitions
 
-    built = table_definitions(ORDERS, clock=lambda: NOW)
+    built = table_definitions(table, clock=lambda: now)
     sensor = next(s for s in built.sensors or [] if s.name == driver_sensor(ORDERS.key))
     context = dg.build_sensor_context(instance=instance, definitions=defs)
     return sensor.evaluate_tick(context)
@@ -313,10 +314,23 @@ def test_a_daemon_restarted_while_a_batch_runs_requests_no_batch_twice_and_the_p
     from backfill_assets.service.batch_driver import start_plan
     from backfill_assets.service.runs import run_job
 
-    plan = make_plan(defs, instance, history, START, END)
-    start_plan(instance, plan.plan_id, "tests", NOW)
+    # The batch runs start at the real time of day, and a run that starts inside the daily
+    # run's slot is an overrun: the plan's window and the daily run are set around the real
+    # time (the window open, the daily run 12 h away), as tests/e2e does, and so is the clock.
+    now = dt.datetime.now(dt.UTC)
+    daily_at = (now + dt.timedelta(hours=12)).time().replace(second=0, microsecond=0)
+    table = dataclasses.replace(ORDERS, daily_expected_start=daily_at)
+    window = f"{now - dt.timedelta(hours=1):%H:%M}-{now + dt.timedelta(hours=2):%H:%M}"
+    plan = make_plan(
+        defs, instance, history, START, END, tables={ORDERS.key: table}, window=window, now=now
+    )
+    start_plan(instance, plan.plan_id, "tests", now)
+
+    def tick():
+        return _driver_tick(defs, instance, table, dt.datetime.now(dt.UTC))
+
     old = _history(history)
-    (first,) = _driver_tick(defs, instance).run_requests or []
+    (first,) = tick().run_requests or []
     assert first.tags[BATCH_TAG] == "1"
     # The daemon launched batch 1: its run worker is another process, now mid-write.
     worker = _child(
@@ -333,7 +347,7 @@ def test_a_daemon_restarted_while_a_batch_runs_requests_no_batch_twice_and_the_p
     # read the instance only: the run worker holds the warehouse meanwhile.)
     fault()
     for _ in range(2):
-        held = _driver_tick(defs, instance)
+        held = tick()
         assert not held.run_requests
         assert "(batch 1, started) of this plan in progress" in (held.skip_message or "")
     assert worker.proc.stdin is not None
@@ -341,11 +355,11 @@ def test_a_daemon_restarted_while_a_batch_runs_requests_no_batch_twice_and_the_p
     assert worker.wait_for("finished") == "finished True"
     worker.reap()
 
-    (second,) = _driver_tick(defs, instance).run_requests or []
+    (second,) = tick().run_requests or []
     assert second.tags[BATCH_TAG] == "2" and second.run_key != first.run_key
     assert second.job_name
     assert run_job(defs, second.job_name, instance, tags=_launch_tags(second)).success
-    done = _driver_tick(defs, instance)
+    done = tick()
     assert not done.run_requests and "all batches passed" in (done.skip_message or "")
     assert _runs_by_batch(instance, plan.plan_id) == {"1": ["SUCCESS"], "2": ["SUCCESS"]}
     expect_target("daemon restarted mid-plan", _history(history), old)
