@@ -29,7 +29,7 @@ from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.service.plans import load_plan
 from backfill_assets.service.swap import perform_rollback, perform_swap
-from tests.conftest import HISTORY_END, HISTORY_START, NOW, ROWS_PER_DAY, make_plan
+from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
 from tests.helpers import execute
 from tests.reliability.faults import injected
 from tests.reliability.harness import (
