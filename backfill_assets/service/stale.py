@@ -26,6 +26,7 @@ import dagster as dg
 
 from backfill_assets.constants import CODE_VERSION_TAG
 from backfill_assets.errors import InvalidInput
+from backfill_assets.lib.dates import days
 from backfill_assets.lib.table import BackfillableTable
 
 _CHUNK = 500  # storage ids per query when reading the latest materializations
@@ -78,9 +79,8 @@ class StaleScan:
             + (f", in {len(self.ranges)} range(s):" if self.stale else "")
         ]
         for start, end in self.ranges:
-            versions = sorted(
-                {self.stale[d].code_version or "none recorded" for d in _days(start, end)}
-            )
+            span = days(start, end + dt.timedelta(days=1))
+            versions = sorted({self.stale[d].code_version or "none recorded" for d in span})
             n = (end - start).days + 1
             lines.append(
                 f"  {start}..{end} ({n} day{'s' if n != 1 else ''}, code version "
@@ -96,10 +96,10 @@ class StaleScan:
         return lines
 
 
-def day_ranges(days: Iterable[dt.date]) -> list[tuple[dt.date, dt.date]]:
+def day_ranges(dates: Iterable[dt.date]) -> list[tuple[dt.date, dt.date]]:
     """Consecutive days grouped into (first, last) ranges, oldest first."""
     out: list[tuple[dt.date, dt.date]] = []
-    for d in sorted(days):
+    for d in sorted(dates):
         if out and d == out[-1][1] + dt.timedelta(days=1):
             out[-1] = (out[-1][0], d)
         else:
@@ -184,10 +184,6 @@ def find_stale(
         never_built=tuple(never),
         built=len(builds),
     )
-
-
-def _days(start: dt.date, end: dt.date) -> list[dt.date]:
-    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
 
 def _shorten(text: str, limit: int = 300) -> str:
