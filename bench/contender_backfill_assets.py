@@ -125,6 +125,37 @@ def through_dagster(
     return {**out, "dagster_home": home}
 
 
+def approved_plan(
+    defs: Any,
+    tables: Any,
+    instance: Any,
+    wh: Warehouse,
+    start: dt.date,
+    end: dt.date,
+    now: dt.datetime,
+) -> Any:
+    """The real planner's plan of orders_daily over [start, end), approved: what a user does
+    before the batches (window 02:00-23:59 UTC, rollback backup)."""
+    from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.planner import plan_backfill
+    from backfill_assets.service.plans import approve_plan
+
+    last = end - dt.timedelta(days=1)
+    request = PlanRequest(
+        "orders_daily", start.isoformat(), last.isoformat(), "02:00-23:59", "UTC", "backup"
+    )
+    plan = plan_backfill(
+        request,
+        asset_graph=defs.resolve_asset_graph(),
+        tables=tables,
+        instance=instance,
+        warehouse=wh,
+        now=now,
+    )
+    approve_plan(instance, wh, tables["orders_daily"], plan, "bench")
+    return plan
+
+
 def _plan_execute_swap(
     warehouse_url: str, start: dt.date, end: dt.date, t_entry: float
 ) -> dict[str, Any]:
@@ -136,11 +167,8 @@ def _plan_execute_swap(
     from backfill_assets.constants import ROLE_SWAP, swap_job, swap_run_config
     from backfill_assets.example.declaration import ORDERS
     from backfill_assets.example.definitions import example_definitions
-    from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.warehouse.connect import open_warehouse
     from backfill_assets.service.executor import execute_plan
-    from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.runs import run_as_writer
     from backfill_assets.service.tables import backfill_tables
 
@@ -151,23 +179,7 @@ def _plan_execute_swap(
         wh = open_warehouse(warehouse_url)
         now = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
-        request = PlanRequest(
-            "orders_daily",
-            start.isoformat(),
-            (end - dt.timedelta(days=1)).isoformat(),
-            "02:00-23:59",
-            "UTC",
-            "backup",
-        )
-        plan = plan_backfill(
-            request,
-            asset_graph=defs.resolve_asset_graph(),
-            tables=tables,
-            instance=instance,
-            warehouse=wh,
-            now=now,
-        )
-        approve_plan(instance, wh, ORDERS, plan, "bench")
+        plan = approved_plan(defs, tables, instance, wh, start, end, now)
         t1 = time.perf_counter()
         quiet = io.StringIO()
         with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):

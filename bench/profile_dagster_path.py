@@ -59,12 +59,10 @@ def _profile(root: Path, top: int) -> None:
 
     from backfill_assets.example.definitions import example_definitions
     from backfill_assets.example.seed import land_days, write_history
-    from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
     from backfill_assets.service.executor import execute_plan
-    from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.tables import backfill_tables
+    from bench.contender_backfill_assets import approved_plan
 
     defs = example_definitions()
     tables = backfill_tables(defs)
@@ -72,18 +70,7 @@ def _profile(root: Path, top: int) -> None:
     wh = DuckDBWarehouse(root / "warehouse.duckdb")
     land_days(defs, instance, START, END, 500)
     write_history(instance, wh, START, END)
-    request = PlanRequest(
-        "orders_daily", START.isoformat(), END.isoformat(), "02:00-23:00", "UTC", "backup"
-    )
-    plan = plan_backfill(
-        request,
-        asset_graph=defs.resolve_asset_graph(),
-        tables=tables,
-        instance=instance,
-        warehouse=wh,
-        now=NOW,
-    )
-    approve_plan(instance, wh, tables["orders_daily"], plan, "bench")
+    plan = approved_plan(defs, tables, instance, wh, START, END + dt.timedelta(days=1), NOW)
     before = _events(instance)
     profile = cProfile.Profile()
     t0 = time.perf_counter()
