@@ -10,10 +10,10 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets.errors import BackfillError, WarehouseMissing
-from backfill_assets.lib.dates import parse_day
+from backfill_assets.lib.dates import days, parse_day
 from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
 from backfill_assets.lib.planning.impact import downstream_impact
-from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.planning.plan import BackfillPlan, ImpactedAsset
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.history import batch_rates, daily_run_durations
@@ -47,9 +47,7 @@ def plan_backfill(
         except BackfillError:
             start = end = None  # build_plan refuses with the precise message
         if start and end and start <= end:
-            days = [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
-            if table.partitions_def.start.date() <= start:
-                impact = downstream_impact(graph, table.key, days, exclude=[table.shadow_key])
+            impact = impact_of(graph, table, start, end)
             try:
                 rows = warehouse.partition_stats(table.spec, start, end + dt.timedelta(days=1)).rows
             except WarehouseMissing:
@@ -70,6 +68,18 @@ def plan_backfill(
         now=now,
     )
     return build_plan(request, inputs)
+
+
+def impact_of(
+    asset_graph: Any, table: BackfillableTable, start: dt.date, end: dt.date
+) -> tuple[ImpactedAsset, ...]:
+    """Step 2 of a plan: what the asset lineage puts downstream of `table` for [start, end]
+    (inclusive), the shadow left out; nothing for a range before the table's partitions (the
+    plan is refused for it). The planner writes it into the plan; approve checks it again."""
+    if table.partitions_def.start.date() > start:
+        return ()
+    span = days(start, end + dt.timedelta(days=1))
+    return downstream_impact(asset_graph, table.key, span, exclude=[table.shadow_key])
 
 
 def plan_stale(

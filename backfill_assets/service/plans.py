@@ -11,7 +11,6 @@ so two approvals racing for one table cannot both win; the instance records the 
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
@@ -204,12 +203,9 @@ def _check_impact(table: BackfillableTable, plan: BackfillPlan, asset_graph: Any
     """The plan's downstream impact is what the asset lineage gives for its range now. The plan
     id does not cover it, and an emptied impact would leave every downstream model stale after
     the swap; lineage that changed since planning needs a new plan too."""
-    from backfill_assets.lib.planning.impact import downstream_impact
+    from backfill_assets.service.planner import impact_of
 
-    days = [plan.start + dt.timedelta(days=i) for i in range((plan.end - plan.start).days + 1)]
-    now: tuple = ()
-    if table.partitions_def.start.date() <= plan.start:
-        now = downstream_impact(asset_graph, table.key, days, exclude=[table.shadow_key])
+    now = impact_of(asset_graph, table, plan.start, plan.end)
     if tuple(now) != tuple(plan.impact):
         raise ExecutionRefused(
             f"plan {plan.plan_id} lists {len(plan.impact)} impacted downstream assets, but the "
