@@ -12,12 +12,17 @@ lease of each table and the plan that holds each table.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+import hashlib
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from backfill_assets.constants import BACKUP_INFIX, TEMPLATE_SUFFIX
+from backfill_assets.errors import InvalidInput, SwapRefused
 from backfill_assets.lib.spec import TableSpec
+from backfill_assets.lib.warehouse.identifiers import validate_ident
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,6 +83,103 @@ class SwapResult:
     partitions: dict[dt.date, PartitionMove]
     weeks: int
     seconds: float
+    published: tuple[str, ...] = ()  # companions the swap published (their live names)
+    restored: tuple[str, ...] = ()  # companions the rollback put back (or dropped, if new)
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A relation published with the target by its swap: `shadow` (already built) replaces
+    `live`, whose old table is kept as the plan's backup until released."""
+
+    live: str
+    shadow: str
+
+
+COMPANION_BACKUP_INFIX = "__bfb_"
+MAX_IDENT = 63  # PostgreSQL's identifier limit (longer names are truncated); DuckDB's too here
+
+
+def companion_backup(live: str, plan_id: str) -> str:
+    """The name a plan's swap keeps `live`'s replaced table under: `<live>__bfb_<plan id>`, or,
+    when that exceeds 63 bytes, `live` shortened, the plan id's first 12 characters and 10 hex
+    digits of a hash of both full names (deterministic; distinct lives stay distinct)."""
+    validate_ident(live, "companion")
+    validate_ident(plan_id, "plan id")
+    name = f"{live}{COMPANION_BACKUP_INFIX}{plan_id}"
+    if len(name) <= MAX_IDENT:
+        return name
+    digest = hashlib.sha256(f"{live}/{plan_id}".encode()).hexdigest()[:10]
+    tail = f"{COMPANION_BACKUP_INFIX}{plan_id[:12]}_{digest}"
+    return f"{live[: MAX_IDENT - len(tail)]}{tail}"
+
+
+def check_companions(spec: TableSpec, companions: Sequence[Companion]) -> tuple[Companion, ...]:
+    """Every companion's names validated (InvalidInput otherwise): safe identifiers, none of
+    them the target's own relations, each named once."""
+    out = tuple(companions)
+    own = re.compile(
+        rf"{re.escape(spec.name)}(|{re.escape(TEMPLATE_SUFFIX)}|__w[0-9]{{4}}w[0-9]{{2}}"
+        rf"|__y[0-9]{{4}}|{re.escape(BACKUP_INFIX)}.*)",
+        re.ASCII,
+    )
+    seen: set[str] = set()
+    for c in out:
+        if not isinstance(c, Companion):
+            raise InvalidInput(f"a companion must be a Companion(live, shadow), not {c!r}")
+        for name, what in ((c.live, "companion"), (c.shadow, "companion shadow")):
+            validate_ident(name, what)
+            if own.fullmatch(name) or name.startswith(spec.shadow_name):
+                raise InvalidInput(
+                    f"{what} {name} is one of {spec.name}'s own relations; a companion is a "
+                    "downstream relation published with it"
+                )
+            if name.lower() in seen:
+                raise InvalidInput(
+                    f"{what} {name} is named twice among the companions of the swap of {spec.name}"
+                )
+            seen.add(name.lower())
+    return out
+
+
+def plan_companions(
+    plan_id: str,
+    companions: Sequence[Companion],
+    kind_of: Callable[[str], str | None],
+    where: str,
+) -> list[tuple[Companion, str, bool]]:
+    """What a swap does with each companion: (companion, backup name, whether `live` exists).
+    Refuses (SwapRefused) unless each shadow is a table, each live a table or absent, and each
+    backup name free. `kind_of(name)` is "table", another kind ("view", ...), or None (absent);
+    `where` names the schema, for the messages."""
+    out: list[tuple[Companion, str, bool]] = []
+    for c in companions:
+        shadow_kind = kind_of(c.shadow)
+        if shadow_kind is None:
+            raise SwapRefused(
+                f"the shadow of companion {c.live}, {where}{c.shadow}, does not exist; run the "
+                f"downstream shadow build (into {c.shadow}) first, then swap again. Nothing was "
+                "changed"
+            )
+        if shadow_kind != "table":
+            raise SwapRefused(
+                f"the shadow of companion {c.live}, {where}{c.shadow}, is a {shadow_kind}, not a "
+                "table; build it as a table, then swap again. Nothing was changed"
+            )
+        live_kind = kind_of(c.live)
+        if live_kind not in (None, "table"):
+            raise SwapRefused(
+                f"companion {where}{c.live} is a {live_kind}, not a table: only a table can be "
+                "replaced and kept as a backup. Nothing was changed"
+            )
+        backup = companion_backup(c.live, plan_id)
+        if kind_of(backup) is not None:
+            raise SwapRefused(
+                f"{where}{backup}, where plan {plan_id} keeps the replaced {c.live}, already "
+                "exists; drop or rename it, then swap again. Nothing was changed"
+            )
+        out.append((c, backup, live_kind is not None))
+    return out
 
 
 @dataclass(frozen=True)
@@ -166,11 +268,31 @@ class Warehouse(Protocol):
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> dict[dt.date, str]: ...
 
-    def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult: ...
+    def relation_exists(self, name: str) -> bool:
+        """Whether a table or view `name` exists in the warehouse's schema."""
+        ...
 
-    def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult: ...
+    def swap(
+        self,
+        spec: TableSpec,
+        plan_id: str,
+        days: list[dt.date],
+        companions: Sequence[Companion] = (),
+    ) -> SwapResult:
+        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup;
+        in the same transaction, publish each companion (its shadow replaces its live, which is
+        kept as the plan's backup). Refuses (SwapRefused), changing nothing, when a companion's
+        shadow does not exist."""
+        ...
 
-    def release_backup(self, spec: TableSpec, plan_id: str) -> int: ...
+    def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
+        """Put the backed-up weeks back, and each companion the swap published, in one
+        transaction (a companion that did not exist before the swap is dropped)."""
+        ...
+
+    def release_backup(self, spec: TableSpec, plan_id: str) -> int:
+        """Drop the plan's backup weeks and its companions' backups; the backup weeks dropped."""
+        ...
 
     def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int: ...
 

@@ -7,6 +7,8 @@ Layout for a table `orders_daily` (all in schema main):
 - `orders_daily` (view): template UNION ALL every live week table, explicit column list.
 - `orders_daily__shadow__w2026w03` and view `orders_daily__shadow`: what a backfill writes.
 - `orders_daily__backup__<plan>__w2026w03`: live weeks a swap replaced, until released.
+- `<companion>__bfb_<plan>`: a downstream relation (companion) the swap replaced with its shadow,
+  in the same transaction, until released (`base.companion_backup`).
 
 A swap renames live -> backup and shadow -> live for every week of the plan in one transaction
 (pointer moves, no row copies except the few days of a partial first/last week that lie outside
@@ -25,7 +27,7 @@ import datetime as dt
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,11 +39,14 @@ from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import (
+    Companion,
     GateInputs,
     LeaseHolder,
     PartitionMove,
     PartitionStats,
     SwapResult,
+    check_companions,
+    plan_companions,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, sql_for
 from backfill_assets.lib.warehouse.identifiers import (
@@ -216,6 +221,27 @@ class DuckDBWarehouse:
             ).fetchone()[0]  # type: ignore[index]
         )
 
+    def _relation_kind(self, con: duckdb.DuckDBPyConnection, name: str) -> str | None:
+        """What `name` is in schema main: "table", "view" or None (absent). Names are
+        case-insensitive in DuckDB."""
+        row = con.execute(
+            "SELECT 'table' FROM duckdb_tables() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND lower(table_name) = lower($n) UNION ALL "
+            "SELECT 'view' FROM duckdb_views() WHERE database_name = current_database() "
+            "AND schema_name = 'main' AND NOT internal AND lower(view_name) = lower($n) LIMIT 1",
+            {"n": name},
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def relation_exists(self, name: str) -> bool:
+        """Whether a table or view `name` exists in the file's schema main."""
+        validate_ident(name, "relation")
+        try:
+            with self.connect(read_only=True) as con:
+                return self._relation_kind(con, name) is not None
+        except WarehouseMissing:
+            return False
+
     # -- DDL ---------------------------------------------------------------------------------
 
     def ensure_table(self, spec: TableSpec) -> None:
@@ -246,6 +272,11 @@ class DuckDBWarehouse:
         con.execute(
             f"CREATE TABLE IF NOT EXISTS {M}.swap_days (table_name VARCHAR, plan_id VARCHAR, "
             "partition_date DATE, checksum_in VARCHAR, checksum_out VARCHAR)"
+        )
+        # The downstream relations a swap published with the target, and their backups.
+        con.execute(
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_companions (table_name VARCHAR, "
+            "plan_id VARCHAR, live VARCHAR, shadow VARCHAR, backup VARCHAR, had_live BOOLEAN)"
         )
         self._ensure_meta(con)
         template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
@@ -512,9 +543,18 @@ class DuckDBWarehouse:
             ).fetchone()
         return row[0] if row else None
 
-    def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult:
-        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup."""
+    def swap(
+        self,
+        spec: TableSpec,
+        plan_id: str,
+        days: list[dt.date],
+        companions: Sequence[Companion] = (),
+    ) -> SwapResult:
+        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup,
+        and publish each companion (its shadow renamed to its live, the old live kept as the
+        plan's backup) in the same transaction."""
         validate_ident(plan_id, "plan id")
+        companions = check_companions(spec, companions)
         t0 = time.perf_counter()
         if not days:
             raise SwapRefused("the plan has no partitions to swap")
@@ -612,7 +652,69 @@ class DuckDBWarehouse:
                 self._recreate_view(con, spec, spec.name)
             left = {w: name for w, name in shadow.items() if w not in by_week}
             self._recreate_view(con, spec, spec.shadow_name, left)
-        return SwapResult(plan_id, "swapped", result, len(by_week), time.perf_counter() - t0)
+            published = self._publish_companions(con, spec, plan_id, companions)
+        return SwapResult(
+            plan_id, "swapped", result, len(by_week), time.perf_counter() - t0, published
+        )
+
+    def _publish_companions(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        spec: TableSpec,
+        plan_id: str,
+        companions: Sequence[Companion],
+    ) -> tuple[str, ...]:
+        """In the swap's transaction: each companion's live (if any) renamed to its backup, its
+        shadow renamed to live, recorded in swap_companions. Refuses before renaming anything
+        when a shadow is missing."""
+        if not companions:
+            return ()
+        moves = plan_companions(plan_id, companions, lambda n: self._relation_kind(con, n), "main.")
+        for c, backup, had_live in moves:
+            if had_live:
+                con.execute(f"ALTER TABLE {quote_ident(c.live)} RENAME TO {quote_ident(backup)}")
+            con.execute(f"ALTER TABLE {quote_ident(c.shadow)} RENAME TO {quote_ident(c.live)}")
+        con.execute(
+            f"INSERT INTO {M}.swap_companions SELECT $t, $p, unnest($l::VARCHAR[]), "
+            "unnest($s::VARCHAR[]), unnest($b::VARCHAR[]), unnest($h::BOOLEAN[])",
+            {"t": spec.name, "p": plan_id, "l": [c.live for c, _, _ in moves],
+             "s": [c.shadow for c, _, _ in moves], "b": [b for _, b, _ in moves],
+             "h": [h for _, _, h in moves]},
+        )  # fmt: skip
+        return tuple(c.live for c, _, _ in moves)
+
+    def _companion_moves(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str
+    ) -> list[tuple[str, str, bool]]:
+        """The companions a plan's swap published, (live, backup, had_live); refuses, before the
+        rollback changes anything, when a backup it needs is missing."""
+        rows = con.execute(
+            f"SELECT live, backup, had_live FROM {M}.swap_companions "
+            "WHERE table_name = $t AND plan_id = $p ORDER BY live",
+            {"t": spec.name, "p": plan_id},
+        ).fetchall()
+        for live, backup, had_live in rows:
+            if had_live and self._relation_kind(con, backup) != "table":
+                raise SwapRefused(
+                    f"backup main.{backup} of companion {live} for plan {plan_id} is missing; "
+                    "nothing was rolled back"
+                )
+            kind = self._relation_kind(con, live)
+            if kind not in (None, "table"):
+                raise SwapRefused(
+                    f"companion main.{live} is now a {kind}, not the table plan {plan_id} "
+                    "published; nothing was rolled back"
+                )
+        return [(live, backup, bool(had_live)) for live, backup, had_live in rows]
+
+    def _restore_companions(
+        self, con: duckdb.DuckDBPyConnection, moves: list[tuple[str, str, bool]]
+    ) -> tuple[str, ...]:
+        for live, backup, had_live in moves:
+            con.execute(f"DROP TABLE IF EXISTS {quote_ident(live)}")
+            if had_live:
+                con.execute(f"ALTER TABLE {quote_ident(backup)} RENAME TO {quote_ident(live)}")
+        return tuple(live for live, _, _ in moves)
 
     def _check_versions(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str, days: list[dt.date]
@@ -707,6 +809,7 @@ class DuckDBWarehouse:
                     f"of {spec.name} after it; roll that plan back first (rollbacks go in reverse "
                     "swap order)"
                 )
+            companion_moves = self._companion_moves(con, spec, plan_id)
             backup_base = self._backup_base(spec, plan_id)
             weeks = self._week_tables_of(con, spec.name, backup_base)
             live, backup = weeks[spec.name], weeks[backup_base]
@@ -767,7 +870,10 @@ class DuckDBWarehouse:
             self._free_plan(con, spec.name, plan_id)
             # The target keeps the same week tables by name (a backup takes its week's name, a
             # week new with the swap is emptied of the plan's days), so its view stands as is.
-        return SwapResult(plan_id, "rolled_back", result, len(log), time.perf_counter() - t0)
+            restored = self._restore_companions(con, companion_moves)
+        return SwapResult(
+            plan_id, "rolled_back", result, len(log), time.perf_counter() - t0, restored=restored
+        )
 
     # -- coordination: the writer lease and the plan that holds each table ---------------------
 
@@ -956,6 +1062,13 @@ class DuckDBWarehouse:
                 con.execute(f"DROP TABLE {quote_ident(name)}")
             self._free_plan(con, spec.name, plan_id)
             if state == "swapped":
+                # The companions' backups (a rolled-back plan's were renamed back to live).
+                for (name,) in con.execute(
+                    f"SELECT backup FROM {M}.swap_companions WHERE table_name=$t AND plan_id=$p "
+                    "AND had_live",
+                    {"t": spec.name, "p": plan_id},
+                ).fetchall():
+                    con.execute(f"DROP TABLE IF EXISTS {quote_ident(name)}")
                 con.execute(
                     f"UPDATE {M}.swap_log SET state='released', changed_at=$now "
                     "WHERE table_name=$t AND plan_id=$p",

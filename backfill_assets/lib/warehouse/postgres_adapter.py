@@ -11,6 +11,8 @@ Layout for a table `orders_daily` (in the URL's schema, `public` unless `?schema
 - `orders_daily__shadow` and its partitions `orders_daily__shadow__w2026w03`: what a backfill
   writes, built the same way.
 - `orders_daily__backup__<plan>__w2026w03`: live weeks a swap detached, until released.
+- `<companion>__bfb_<plan>`: a downstream table (companion) the swap replaced with its shadow, in
+  the same transaction, until released (`base.companion_backup`).
 
 A swap is one transaction for every week of the plan: copy the days of a partial week that lie
 outside the plan from the live week into the shadow week, then DETACH the live week and rename it
@@ -46,11 +48,14 @@ from backfill_assets.errors import InvalidInput, SwapRefused, WarehouseError
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id, week_monday
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import (
+    Companion,
     GateInputs,
     LeaseHolder,
     PartitionMove,
     PartitionStats,
     SwapResult,
+    check_companions,
+    plan_companions,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
@@ -289,6 +294,38 @@ class PostgresWarehouse:
         row = _x(con, "SELECT to_regclass(%(n)s) IS NOT NULL", {"n": self._q(name)}).fetchone()
         return bool(row and row[0])
 
+    def _relation_kind(self, con: Connection, name: str) -> str | None:
+        """What `name` is in the warehouse schema: "table" (plain or partitioned), another kind
+        ("view", ...), or None (absent)."""
+        row = _x(
+            con,
+            "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %(s)s AND c.relname = %(n)s",
+            {"s": self.schema, "n": name},
+        ).fetchone()
+        if row is None:
+            return None
+        return _RELKINDS.get(str(row[0]), "relation")
+
+    def relation_exists(self, name: str) -> bool:
+        """Whether a relation `name` exists in the warehouse schema."""
+        validate_ident(name, "relation")
+        with self.connect(read_only=True) as con:
+            return self._relation_kind(con, name) is not None
+
+    def _dependent_views(self, con: Connection, name: str) -> list[str]:
+        """Views (and materialized views) over table `name`: they follow it by OID, not name."""
+        rows = _x(
+            con,
+            "SELECT DISTINCT vn.nspname || '.' || v.relname FROM pg_depend d "
+            "JOIN pg_rewrite r ON r.oid = d.objid JOIN pg_class v ON v.oid = r.ev_class "
+            "JOIN pg_namespace vn ON vn.oid = v.relnamespace "
+            "WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass "
+            "AND d.refobjid = to_regclass(%(n)s) AND v.oid <> d.refobjid ORDER BY 1",
+            {"n": self._q(name)},
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
     # -- DDL ---------------------------------------------------------------------------------
 
     def ensure_table(self, spec: TableSpec) -> None:
@@ -310,7 +347,7 @@ class PostgresWarehouse:
         concurrent CREATE ... IF NOT EXISTS can collide in PostgreSQL's catalog."""
         _x(con, "SELECT pg_advisory_xact_lock(hashtext('backfill_assets:ensure'))")
         self._ensure_schema(con)
-        if self._meta_ready(con):
+        if self._meta_ready(con) and self._companions_ready(con):
             return
         _x(con, f"CREATE SCHEMA IF NOT EXISTS {M}")
         _x(con, f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq")
@@ -349,6 +386,14 @@ class PostgresWarehouse:
             f"CREATE TABLE IF NOT EXISTS {M}.plan_claims (table_name text PRIMARY KEY, "
             "plan_id text, claimed_at timestamp)",
         )
+        # The downstream tables a swap published with the target, and their backups (added
+        # after the others: checked apart in the early return above).
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.swap_companions (table_name text, plan_id text, "
+            "live text, shadow text, backup text, had_live boolean, "
+            "PRIMARY KEY (table_name, plan_id, live))",
+        )
 
     def _ensure_schema(self, con: Connection) -> None:
         """The warehouse schema, created when missing (a user without CREATE on the database
@@ -359,6 +404,10 @@ class PostgresWarehouse:
 
     def _meta_ready(self, con: Connection) -> bool:
         row = _x(con, f"SELECT to_regclass('{M}.plan_claims') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+    def _companions_ready(self, con: Connection) -> bool:
+        row = _x(con, f"SELECT to_regclass('{M}.swap_companions') IS NOT NULL").fetchone()
         return bool(row and row[0])
 
     def _ensure(self, con: Connection, spec: TableSpec) -> None:
@@ -751,22 +800,39 @@ class PostgresWarehouse:
                 return f"Held by: {shown}. "
         return ""
 
-    def swap(self, spec: TableSpec, plan_id: str, days: list[dt.date]) -> SwapResult:
-        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup."""
+    def swap(
+        self,
+        spec: TableSpec,
+        plan_id: str,
+        days: list[dt.date],
+        companions: Sequence[Companion] = (),
+    ) -> SwapResult:
+        """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup,
+        and publish each companion (its shadow renamed to its live, the old live kept as the
+        plan's backup) in the same transaction."""
         validate_ident(plan_id, "plan id")
+        companions = check_companions(spec, companions)
         t0 = time.perf_counter()
         if not days:
             raise SwapRefused("the plan has no partitions to swap")
         days = sorted({parse_day(d, "partition") for d in days})
-        result = self._locking("swap", spec, lambda: self._swap_once(spec, plan_id, days))
+        result = self._locking(
+            "swap", spec, lambda: self._swap_once(spec, plan_id, days, companions)
+        )
         if result is None:
             return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
-        partitions, weeks = result
-        return SwapResult(plan_id, "swapped", partitions, weeks, time.perf_counter() - t0)
+        partitions, weeks, published = result
+        return SwapResult(
+            plan_id, "swapped", partitions, weeks, time.perf_counter() - t0, published
+        )
 
     def _swap_once(
-        self, spec: TableSpec, plan_id: str, days: list[dt.date]
-    ) -> tuple[dict[dt.date, PartitionMove], int] | None:
+        self,
+        spec: TableSpec,
+        plan_id: str,
+        days: list[dt.date],
+        companions: Sequence[Companion] = (),
+    ) -> tuple[dict[dt.date, PartitionMove], int, tuple[str, ...]] | None:
         key = self._key(spec.name)
         with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
             self._ensure(con, spec)
@@ -835,7 +901,17 @@ class PostgresWarehouse:
                     partitions[d] = PartitionMove(_rows_of(ins), ins, _rows_of(out), out)
             self._record_swap_days(con, key, plan_id, partitions)
             self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
-            # 2. The catalog moves, under ACCESS EXCLUSIVE on the weeks' year tables until COMMIT.
+            # The companions: checked and recorded before any lock that blocks their readers.
+            published = self._plan_companions(con, key, plan_id, companions)
+            # 2. The catalog moves. The companions are locked first: a reader of a mart and the
+            # target in one statement takes the mart's lock first (its FROM order), so it waits
+            # for the swap holding nothing the swap needs; locked last, the reader would hold
+            # the mart while waiting for the target and the swap would wait for it (each
+            # attempt then times out and starts again).
+            held = [self._q(c.live) for c, _, had_live in published if had_live]
+            if held:
+                _x(con, f"LOCK TABLE {', '.join(held)} IN ACCESS EXCLUSIVE MODE")
+            # Then ACCESS EXCLUSIVE on the weeks' year tables until COMMIT.
             for week, wdays in sorted(by_week.items()):
                 monday = week_monday(wdays[0])
                 self._detach(con, spec.shadow_name, shadow[week])
@@ -846,7 +922,42 @@ class PostgresWarehouse:
                 name = self._week_table(spec.name, monday)
                 _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {quote_ident(name)}")
                 self._attach(con, self._week_parent(con, spec, monday), name, monday)
-        return partitions, len(by_week)
+            # Then each companion (ACCESS EXCLUSIVE on it until COMMIT): live -> backup,
+            # shadow -> live.
+            for c, backup, had_live in published:
+                if had_live:
+                    _x(con, f"ALTER TABLE {self._q(c.live)} RENAME TO {quote_ident(backup)}")
+                _x(con, f"ALTER TABLE {self._q(c.shadow)} RENAME TO {quote_ident(c.live)}")
+        return partitions, len(by_week), tuple(c.live for c, _, _ in published)
+
+    def _plan_companions(
+        self, con: Connection, key: str, plan_id: str, companions: Sequence[Companion]
+    ) -> list[tuple[Companion, str, bool]]:
+        """Each companion with its backup name and whether its live exists, recorded in
+        swap_companions; refuses (the transaction changes nothing) when a shadow is missing,
+        or when views read the live table (they would follow it to its backup)."""
+        if not companions:
+            return []
+        moves = plan_companions(
+            plan_id, companions, lambda n: self._relation_kind(con, n), f"{self.schema}."
+        )
+        for c, _, had_live in moves:
+            views = self._dependent_views(con, c.live) if had_live else []
+            if views:
+                raise SwapRefused(
+                    f"companion {self.schema}.{c.live} is read by {', '.join(views)}: PostgreSQL "
+                    "views follow a renamed table, so they would keep reading the replaced rows "
+                    "in its backup; drop them before the swap and create them again after it. "
+                    "Nothing was changed"
+                )
+        with con.cursor() as cur:
+            _xm(cur, 
+                f"INSERT INTO {M}.swap_companions VALUES (%(t)s, %(p)s, %(l)s, %(s)s, %(b)s, "
+                "%(h)s)",
+                [{"t": key, "p": plan_id, "l": c.live, "s": c.shadow, "b": b, "h": h}
+                 for c, b, h in moves],
+            )  # fmt: skip
+        return moves
 
     def _state(self, con: Connection, key: str, plan_id: str) -> str | None:
         row = _x(
@@ -920,18 +1031,21 @@ class PostgresWarehouse:
         return {d: seen[d][4] for d in days}
 
     def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
-        """Put the backed-up weeks back; days of those weeks outside the plan keep live data."""
+        """Put the backed-up weeks back; days of those weeks outside the plan keep live data.
+        Each companion the swap published is put back in the same transaction."""
         validate_ident(plan_id, "plan id")
         t0 = time.perf_counter()
         result = self._locking("rollback", spec, lambda: self._rollback_once(spec, plan_id))
         if result is None:
             return SwapResult(plan_id, "already_rolled_back", {}, 0, time.perf_counter() - t0)
-        partitions, weeks = result
-        return SwapResult(plan_id, "rolled_back", partitions, weeks, time.perf_counter() - t0)
+        partitions, weeks, restored = result
+        return SwapResult(
+            plan_id, "rolled_back", partitions, weeks, time.perf_counter() - t0, restored=restored
+        )
 
     def _rollback_once(
         self, spec: TableSpec, plan_id: str
-    ) -> tuple[dict[dt.date, PartitionMove], int] | None:
+    ) -> tuple[dict[dt.date, PartitionMove], int, tuple[str, ...]] | None:
         key = self._key(spec.name)
         with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
             self._ensure(con, spec)
@@ -973,6 +1087,7 @@ class PostgresWarehouse:
                     f"of {spec.name} after it; roll that plan back first (rollbacks go in reverse "
                     "swap order)"
                 )
+            companion_moves = self._companion_moves(con, key, plan_id)
             live = self._week_tables(con, spec.name)
             backup = self._week_tables(con, self._backup_base(spec, plan_id))
             swapped = _x(
@@ -1034,7 +1149,48 @@ class PostgresWarehouse:
                 name = self._week_table(spec.name, monday)
                 _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {quote_ident(name)}")
                 self._attach(con, self._week_parent(con, spec, monday), name, monday)
-        return partitions, len(log)
+            # Then each companion: the published table dropped, its backup renamed back.
+            for live_name, bk_name, had_live, exists in companion_moves:
+                if exists:
+                    _x(con, f"DROP TABLE {self._q(live_name)}")
+                if had_live:
+                    _x(con, f"ALTER TABLE {self._q(bk_name)} RENAME TO {quote_ident(live_name)}")
+        return partitions, len(log), tuple(m[0] for m in companion_moves)
+
+    def _companion_moves(
+        self, con: Connection, key: str, plan_id: str
+    ) -> list[tuple[str, str, bool, bool]]:
+        """The companions a plan's swap published: (live, backup, had_live, live exists now).
+        Refuses, before the rollback changes anything, when a backup it needs is missing or
+        views read the published table (its DROP would fail)."""
+        rows = _x(
+            con,
+            f"SELECT live, backup, had_live FROM {M}.swap_companions "
+            "WHERE table_name = %(t)s AND plan_id = %(p)s ORDER BY live",
+            {"t": key, "p": plan_id},
+        ).fetchall()
+        out: list[tuple[str, str, bool, bool]] = []
+        for live, backup, had_live in rows:
+            if had_live and self._relation_kind(con, backup) != "table":
+                raise SwapRefused(
+                    f"backup {self.schema}.{backup} of companion {live} for plan {plan_id} is "
+                    "missing; nothing was rolled back"
+                )
+            kind = self._relation_kind(con, live)
+            if kind not in (None, "table"):
+                raise SwapRefused(
+                    f"companion {self.schema}.{live} is now a {kind}, not the table plan "
+                    f"{plan_id} published; nothing was rolled back"
+                )
+            views = self._dependent_views(con, live) if kind else []
+            if views:
+                raise SwapRefused(
+                    f"companion {self.schema}.{live} is read by {', '.join(views)}, so it cannot "
+                    "be dropped to restore its backup; drop those views, roll back, then create "
+                    "them again. Nothing was rolled back"
+                )
+            out.append((str(live), str(backup), bool(had_live), kind is not None))
+        return out
 
     # -- coordination: the writer lease and the plan that holds each table ---------------------
 
@@ -1228,6 +1384,14 @@ class PostgresWarehouse:
                 _x(con, f"DROP TABLE {self._q(name)}")
             self._free_plan(con, spec.name, plan_id)
             if state == "swapped":
+                # The companions' backups (a rolled-back plan's were renamed back to live).
+                for (name,) in _x(
+                    con,
+                    f"SELECT backup FROM {M}.swap_companions WHERE table_name = %(t)s "
+                    "AND plan_id = %(p)s AND had_live",
+                    {"t": key, "p": plan_id},
+                ).fetchall():
+                    _x(con, f"DROP TABLE IF EXISTS {self._q(name)}")
                 _x(
                     con,
                     f"UPDATE {M}.swap_log SET state = 'released', changed_at = %(now)s "
@@ -1279,6 +1443,20 @@ class PostgresWarehouse:
     def live_week_count(self, spec: TableSpec) -> int:
         with self.connect(read_only=True) as con:
             return len(self._attached(con, spec.name))
+
+
+_RELKINDS = {
+    "r": "table",
+    "p": "table",
+    "v": "view",
+    "m": "materialized view",
+    "f": "foreign table",
+    "S": "sequence",
+    "i": "index",
+    "I": "index",
+    "c": "composite type",
+    "t": "TOAST table",
+}
 
 
 class _LockWait(WarehouseError):
