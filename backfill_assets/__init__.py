@@ -28,6 +28,7 @@ _EXPORTS = {
     "Invariant": "backfill_assets.lib.planning.criteria",
     "backfill_definitions": "backfill_assets.defs.factory",
     "backfill_tables": "backfill_assets.service.tables",
+    "DbtDownstream": "backfill_assets.service.downstream",
     "WarehouseResource": "backfill_assets.defs.resources",
     "BackfillableTableComponent": "backfill_assets.defs.component",
     "BackfillControlComponent": "backfill_assets.defs.component",
@@ -47,6 +48,7 @@ __all__ = [
     "ChangedColumn",
     "Column",
     "Criteria",
+    "DbtDownstream",
     "GateFailed",
     "InvalidInput",
     "Invariant",
@@ -86,6 +88,7 @@ if TYPE_CHECKING:
     )
     from backfill_assets.lib.spec import Column, SourceRef, TableSpec
     from backfill_assets.lib.table import BackfillableTable
+    from backfill_assets.service.downstream import DbtDownstream
     from backfill_assets.service.tables import backfill_tables
 
 

@@ -41,6 +41,11 @@ ROW_COUNT_CHECK = "row_count_gate"
 SAMPLE_CHECK = "sample_gate"
 INVARIANTS_CHECK = "invariants_gate"
 GATE_NAMES = (ROW_COUNT_CHECK, SAMPLE_CHECK, INVARIANTS_CHECK)
+# On a target asset: true when its swap builds its impacted dbt models in shadow and publishes
+# them with it (backfill_definitions(..., downstream_dbt=...)).
+DOWNSTREAM_DBT_METADATA_KEY = "backfill_assets/downstream_dbt"
+# The swap's own gate, on the whole plan: the impacted dbt models' tests, run on their shadows.
+DOWNSTREAM_CHECK = "downstream_dbt_tests"
 
 # Physical names.
 SHADOW_SUFFIX = "__shadow"
@@ -109,7 +114,9 @@ def refresh_sensor(table: str) -> str:
     return f"{table}__refresh_after_swap"
 
 
-def swap_run_config(table: str, kind: str, plan_id: str) -> dict:
-    """Run config of a swap or rollback job (`kind`) acting on `plan_id`."""
-    op = swap_op(table) if kind == ROLE_SWAP else rollback_op(table)
-    return {"ops": {op: {"config": {"plan_id": plan_id}}}}
+def swap_run_config(table: str, kind: str, plan_id: str, downstream: bool = True) -> dict:
+    """Run config of a swap or rollback job (`kind`) acting on `plan_id`; `downstream=False`:
+    the swap publishes the target alone."""
+    if kind != ROLE_SWAP:
+        return {"ops": {rollback_op(table): {"config": {"plan_id": plan_id}}}}
+    return {"ops": {swap_op(table): {"config": {"plan_id": plan_id, "downstream": downstream}}}}

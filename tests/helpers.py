@@ -30,9 +30,15 @@ def execute(defs: dg.Definitions, instance: Any, wh: Any, plan: Any, **kw: Any) 
 
 
 def swap_or_rollback(
-    defs: dg.Definitions, instance: Any, wh: Any, plan_id: str, kind: str = ROLE_SWAP
+    defs: dg.Definitions,
+    instance: Any,
+    wh: Any,
+    plan_id: str,
+    kind: str = ROLE_SWAP,
+    downstream: bool = True,
 ) -> dg.ExecuteInProcessResult:
-    """The swap (or rollback) job in this process, as `backfill-assets swap` runs it."""
+    """The swap (or rollback) job in this process, as `backfill-assets swap` runs it
+    (`downstream=False`: as `swap --no-refresh` does)."""
     job = swap_job(ORDERS.key) if kind == ROLE_SWAP else rollback_job(ORDERS.key)
     return run_as_writer(
         defs,
@@ -44,7 +50,7 @@ def swap_or_rollback(
         plan_id=plan_id,
         wait_s=5,
         raise_on_error=False,
-        run_config=swap_run_config(ORDERS.key, kind, plan_id),
+        run_config=swap_run_config(ORDERS.key, kind, plan_id, downstream),
     )
 
 

@@ -163,16 +163,27 @@ def test_exit_2_the_only_rollback_strategy_is_offered_and_others_are_refused(cap
 
 
 @pytest.mark.slow
-def test_exit_3_swapped_but_the_downstream_refresh_failed(
+def test_a_broken_mart_refuses_the_swap_and_exit_3_when_a_refresh_in_place_fails(
     defs, instance, history_with_marts, at_noon, capsys
 ):
     wh = history_with_marts
+    spec = defs_table(defs).spec
     plan = make_plan(defs, instance, wh, "2026-01-05", "2026-01-11")
     assert main(["run", plan.plan_id]) == 0
     capsys.readouterr()
     # A mart whose columns no longer match its model: dbt's incremental insert fails on it.
     wh.execute("alter table fct_daily_revenue rename column orders to orders_renamed_by_hand")
-    assert main(["swap", plan.plan_id, "--format", "json"]) == 3
+    # Built in shadow first, it fails there: the swap is refused and nothing is published.
+    assert main(["swap", plan.plan_id, "--format", "json"]) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and "downstream dbt models failed in shadow" in out.err
+    assert wh.swap_state(spec, plan.plan_id) is None
+    # --no-refresh publishes the target alone; the rollback then refreshes the marts in place
+    # (the swap published none), which fails: exit 3, rolled back, the marts flagged stale.
+    assert main(["swap", plan.plan_id, "--no-refresh", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["refresh"] == "skipped" and "fct_daily_revenue" in doc["stale"]
+    assert main(["rollback", plan.plan_id, "--format", "json"]) == 3
     out = capsys.readouterr()
     doc = json.loads(out.out)
     jsonschema.validate(doc, shipped_schema("swap"))
@@ -180,7 +191,7 @@ def test_exit_3_swapped_but_the_downstream_refresh_failed(
     assert "fct_daily_revenue" in doc["stale"]
     assert any(not r["ok"] for r in doc["refreshed"])
     assert "the downstream refresh failed" in out.err
-    assert wh.swap_state(defs_table(defs).spec, plan.plan_id) == "swapped"
+    assert wh.swap_state(spec, plan.plan_id) == "rolled_back"
 
 
 def defs_table(defs):

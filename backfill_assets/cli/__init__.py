@@ -428,7 +428,7 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
     from backfill_assets.errors import SwapRefused
     from backfill_assets.lib.states import PlanStatus
     from backfill_assets.service.executor import refuse_unless_local, run_error
-    from backfill_assets.service.plans import load_plan
+    from backfill_assets.service.plans import load_plan, published_keys
     from backfill_assets.service.refresh import refresh_downstream
     from backfill_assets.service.runs import run_as_writer
     from backfill_assets.service.tables import table_for
@@ -471,7 +471,7 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
             on_wait=waiting,
             raise_on_error=False,
             log_level=QUIET,
-            run_config=swap_run_config(plan.target, kind, plan_id),
+            run_config=swap_run_config(plan.target, kind, plan_id, downstream=not a.no_refresh),
         )
     if not result.success:
         error = run_error(result)
@@ -508,18 +508,33 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
             f"{kind} of plan {plan_id}: {len(mats)} partitions of {plan.target} "
             f"(run {result.run_id[:8]})"
         )
+    # Published with the target by the swap (its rollback restored them): never refreshed.
+    published = published_keys(c.instance, plan_id)
+    if text and published:
+        print(
+            ("restored with " if kind == "rollback" else "published with ")
+            + f"{plan.target} in the same transaction: {', '.join(published)}"
+        )
     if a.no_refresh:
+        stale = [k for k in impacted if k not in published]
         if text:
             print(
-                f"downstream NOT refreshed (--no-refresh): {', '.join(impacted)} are stale for "
+                f"downstream NOT refreshed (--no-refresh): {', '.join(stale)} are stale for "
                 f"{plan.start}..{plan.end}"
             )
         else:
-            print(output("skipped", [], impacted))
+            print(output("skipped", [], stale))
         return EXIT_OK
     with _runs_output_to_log():
         refreshed = refresh_downstream(
-            c.defs, c.instance, c.wh, table, plan, wait_s=c.wait_s, log_level=QUIET
+            c.defs,
+            c.instance,
+            c.wh,
+            table,
+            plan,
+            wait_s=c.wait_s,
+            log_level=QUIET,
+            skip=published,
         )
     failed = [key for req, ok in refreshed if not ok for key in req.asset_keys]
     if text:

@@ -14,6 +14,7 @@ from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.connect import dialect_of, open_warehouse
 from backfill_assets.lib.warehouse.dialects import sql_for
+from backfill_assets.service.downstream import DbtDownstream
 
 _CHECKED: set[tuple[str, str, int]] = set()
 
@@ -23,6 +24,7 @@ def backfill_definitions(
     *,
     warehouse: WarehouseResource | None = None,
     control: bool = True,
+    downstream_dbt: DbtDownstream | None = None,
 ) -> dg.Definitions:
     """The Dagster definitions that make `tables` backfillable, to merge with your own.
 
@@ -43,6 +45,10 @@ def backfill_definitions(
             The YAML component leaves it out: a `dg` project's components each get their own
             copy of what they return, so the control plane comes once, from
             `BackfillControlComponent` (or a `backfill_definitions` call in Python).
+        downstream_dbt: how each swap builds the tables' impacted dbt models in shadow, gates
+            them on their dbt tests and publishes them with the target in one transaction
+            (needs the macros of backfill_assets/dbt/backfill_assets_shadow.sql in the dbt
+            project). None: they are refreshed after the swap, in place.
     """
     tables = list(tables)
     for t in tables:
@@ -57,7 +63,7 @@ def backfill_definitions(
         raise InvalidInput("backfill_definitions needs at least one BackfillableTable")
     refuse_builds_that_cannot_run(tables, warehouse or DEFAULT_WAREHOUSE)
     return dg.Definitions.merge(
-        *(table_definitions(t) for t in tables),
+        *(table_definitions(t, downstream=downstream_dbt) for t in tables),
         *([CONTROL_DEFINITIONS] if control else []),
         dg.Definitions(resources={WAREHOUSE_RESOURCE_KEY: warehouse or DEFAULT_WAREHOUSE}),
     )

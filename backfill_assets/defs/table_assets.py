@@ -21,8 +21,11 @@ from functools import cache
 from typing import Any
 
 import dagster as dg
+from pydantic import Field
 
 from backfill_assets.constants import (
+    DOWNSTREAM_CHECK,
+    DOWNSTREAM_DBT_METADATA_KEY,
     GATE_NAMES,
     PLAN_ID_TAG,
     ROLE_BATCH,
@@ -49,6 +52,12 @@ from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.batch_driver import drive, follow_swaps
+from backfill_assets.service.downstream import (
+    DbtDownstream,
+    build_in_shadow,
+    classify,
+    discard,
+)
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
 from backfill_assets.service.lease import (
     Waiting,
@@ -56,11 +65,13 @@ from backfill_assets.service.lease import (
     holder_for_run,
     mark_this_process,
 )
-from backfill_assets.service.plans import latest_plan_record, plan_criteria
+from backfill_assets.service.plans import latest_plan_record, load_plan, plan_criteria
 from backfill_assets.service.runs import code_location
 from backfill_assets.service.swap import (
     perform_rollback,
     perform_swap,
+    prepare_downstream,
+    published_materializations,
     recorded_code_versions,
     swap_materializations,
 )
@@ -83,6 +94,17 @@ class PlanIdConfig(dg.Config):
     """Which approved plan to act on."""
 
     plan_id: str
+
+
+class SwapConfig(PlanIdConfig):
+    """Which approved plan to swap, and whether its downstream dbt models are published with it."""
+
+    downstream: bool = Field(
+        default=True,
+        description="Build the impacted dbt models in shadow, gate them on their dbt tests and "
+        "publish them with the target (the table declares how: downstream_dbt). False: publish "
+        "the target alone and leave the models stale (the CLI's --no-refresh).",
+    )
 
 
 def partition_dates(context: dg.AssetExecutionContext) -> tuple[dt.date, dt.date]:
@@ -131,12 +153,16 @@ def _rows_metadata(context: dg.AssetExecutionContext, counts: dict[dt.date, int]
 
 @cache
 def table_definitions(
-    table: BackfillableTable, clock: Callable[[], dt.datetime] = _utc_now
+    table: BackfillableTable,
+    clock: Callable[[], dt.datetime] = _utc_now,
+    downstream: DbtDownstream | None = None,
 ) -> dg.Definitions:
     """Everything one table contributes. Cached per declaration: calling `backfill_definitions`
     twice with the same table yields the very same objects, which Definitions.merge accepts.
 
-    `clock` is the sensors' time source (tests pass a fixed one).
+    `clock` is the sensors' time source (tests pass a fixed one). `downstream`: how the swap
+    builds the impacted dbt models in shadow and publishes them with the target (None: they are
+    refreshed after the swap).
     """
     spec = table.spec
     deps = [dg.AssetKey(d) for d in table.deps]
@@ -160,6 +186,7 @@ def table_definitions(
             "backfill_assets/declaration": dg.MetadataValue.json(table.describe()),
             "primary_key": list(spec.primary_key),
             "partition_column": spec.partition_column,
+            DOWNSTREAM_DBT_METADATA_KEY: downstream is not None,
         },
     )
     def target(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
@@ -228,27 +255,89 @@ def table_definitions(
 
     batch_job = dg.define_asset_job(
         shadow_job(spec.name),
-        selection=dg.AssetSelection.assets(shadow_key),
+        # The downstream gate belongs to the swap (it builds the whole plan's models): not here.
+        selection=dg.AssetSelection.assets(shadow_key)
+        - dg.AssetSelection.checks(dg.AssetCheckKey(shadow_key, DOWNSTREAM_CHECK)),
         partitions_def=table.partitions_def,
         tags={WRITER_TAG: spec.name, ROLE_TAG: ROLE_BATCH},
         description=f"One backfill batch of {spec.name}: write the shadow's partitions, then run "
         f"every gate per partition (blocking). Needs the tag {PLAN_ID_TAG} of the approved plan.",
     )
 
+    @dg.asset_check(
+        asset=shadow_key,
+        name=DOWNSTREAM_CHECK,
+        required_resource_keys=resources | ({downstream.resource_key} if downstream else set()),
+        description="The impacted dbt models built in shadow from this shadow, and their dbt "
+        "tests run there. The swap evaluates it (and refuses on failure) before it publishes the "
+        "target with those models; executing it here builds and tests them for the plan that "
+        "holds the table, then drops what it built.",
+    )
+    def downstream_check(check_context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        context = check_context.op_execution_context
+        wh = _warehouse(context).adapter()
+        plan_id = wh.active_plan(spec.name)
+        if plan_id is None or downstream is None:
+            return dg.AssetCheckResult(
+                passed=True,
+                description="nothing to check: "
+                + ("no plan holds the table" if downstream else "no downstream_dbt declared"),
+            )
+        _claim(context, wh, table, ROLE_SWAP, plan_id)
+        plan, _ = load_plan(context.instance, plan_id)
+        graph = code_location(context)
+        build = build_in_shadow(
+            plan,
+            table,
+            graph,
+            wh,
+            getattr(context.resources, downstream.resource_key),
+            downstream,
+            _warehouse(context).url,
+            context.log.info,
+        )
+        discard(wh, table, classify(plan, graph))
+        ev = build.evaluation(spec.shadow_name)
+        return dg.AssetCheckResult(
+            passed=ev.passed,
+            description=ev.description,
+            metadata=ev.metadata,
+            severity=ev.severity,
+        )
+
     @dg.op(
         name=swap_op(spec.name),
-        required_resource_keys=resources,
+        required_resource_keys=resources | ({downstream.resource_key} if downstream else set()),
         description=f"Swap a validated plan's shadow partitions into {spec.name} atomically, "
-        "keeping the replaced rows as a backup.",
+        "keeping the replaced rows as a backup; with downstream dbt models declared, build them "
+        "in shadow first, gate them on their dbt tests, and publish them in the same transaction.",
     )
-    def do_swap(context: dg.OpExecutionContext, config: PlanIdConfig) -> None:
+    def do_swap(context: dg.OpExecutionContext, config: SwapConfig) -> None:
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_SWAP, config.plan_id)
-        result = perform_swap(context.instance, table, wh, config.plan_id)
+        build = None
+        if downstream is not None and config.downstream:
+            build = prepare_downstream(
+                context.instance,
+                table,
+                code_location(context),
+                wh,
+                getattr(context.resources, downstream.resource_key),
+                downstream,
+                _warehouse(context).url,
+                config.plan_id,
+                context.log.info,
+            )
+            if build is not None:
+                context.log_event(build.evaluation(spec.shadow_name))  # type: ignore[arg-type]
+        result = perform_swap(context.instance, table, wh, config.plan_id, build)
         versions = recorded_code_versions(context.instance, config.plan_id, "in")
         rows = wh.table_rows(spec)
         for event in swap_materializations(table, result, "swap", rows, versions):
             context.log_event(event)
+        if result.partitions:  # not when it was already swapped
+            for event in published_materializations(context.instance, config.plan_id, "swap"):
+                context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions in "
             f"{result.weeks} weeks, {result.seconds * 1000:.1f} ms"
@@ -267,6 +356,9 @@ def table_definitions(
         rows = wh.table_rows(spec)
         for event in swap_materializations(table, result, "rollback", rows, versions):
             context.log_event(event)
+        if result.partitions:  # not when it was already rollbacked
+            for event in published_materializations(context.instance, config.plan_id, "rollback"):
+                context.log_event(event)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions restored in "
             f"{result.seconds * 1000:.1f} ms"
@@ -306,13 +398,13 @@ def table_definitions(
             run_requests=requests, skip_reason=None if requests else "; ".join(reasons)
         )
 
-    downstream = dg.AssetSelection.assets(spec.name).downstream(include_self=False)
+    downstream_assets = dg.AssetSelection.assets(spec.name).downstream(include_self=False)
 
     @dg.sensor(
         name=refresh_sensor(spec.name),
         minimum_interval_seconds=REFRESH_INTERVAL_SECONDS,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        asset_selection=downstream - dg.AssetSelection.assets(shadow_key),
+        asset_selection=downstream_assets - dg.AssetSelection.assets(shadow_key),
         description=f"After a swap or rollback of {spec.name} launched from the UI succeeds, "
         "refreshes the plan's downstream impact set for the affected partitions (one run per "
         "grain).",
@@ -332,6 +424,7 @@ def table_definitions(
 
     return dg.Definitions(
         assets=[target, shadow],
+        asset_checks=[downstream_check],
         jobs=[batch_job, swap, rollback],
         sensors=[batch_driver, refresh_after_swap],
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from backfill_assets import backfill_definitions
-from backfill_assets.example.dbt import dbt_models, dbt_project_dir
+from backfill_assets import DbtDownstream, backfill_definitions
+from backfill_assets.example.dbt import dbt_models, dbt_project_dir, dbt_target
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.production import production_definitions
 from backfill_assets.example.sources import fx_rates, land_orders_job, raw_orders
@@ -22,7 +22,11 @@ from backfill_assets.example.sources import fx_rates, land_orders_job, raw_order
 def example_definitions(dbt_project: Path | None = None) -> dg.Definitions:
     dbt = dbt_models(dbt_project or dbt_project_dir())
     return dg.Definitions.merge(
-        backfill_definitions([ORDERS]),
+        # The impacted dbt models are built in shadow, gated on their dbt tests and published
+        # with orders_daily by its swap (the dbt project has backfill_assets' shadow macros).
+        backfill_definitions(
+            [ORDERS], downstream_dbt=DbtDownstream(resource_key="dbt", cli_target=dbt_target)
+        ),
         production_definitions(dbt),
         dg.Definitions(
             assets=[raw_orders, fx_rates, *dbt.assets],

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import dagster as dg
@@ -56,6 +56,7 @@ from backfill_assets.service.plans import (
     active_plan_ids,
     latest_plan_record,
     load_plan,
+    published_keys,
     record_status,
 )
 from backfill_assets.service.refresh import refresh_requests
@@ -280,12 +281,13 @@ def swap_plan_id(run: dg.DagsterRun) -> str | None:
 
 
 def refresh_run_requests(
-    plan: BackfillPlan, asset_graph: Any, trigger_run_id: str
+    plan: BackfillPlan, asset_graph: Any, trigger_run_id: str, skip: Collection[str] = ()
 ) -> list[dg.RunRequest]:
-    """One run per grain of the plan's impact set, upstream grains first (the run queue starts
-    runs holding the writer tag in the order they were requested)."""
+    """One run per grain of the plan's impact set (but `skip`: what the swap published with the
+    target), upstream grains first (the run queue starts runs holding the writer tag in the
+    order they were requested)."""
     requests = []
-    for i, req in enumerate(refresh_requests(plan, asset_graph), start=1):
+    for i, req in enumerate(refresh_requests(plan, asset_graph, skip=skip), start=1):
         tags = req.tags(plan.plan_id, plan.target)
         partition = tags.pop(PARTITION_TAG, None)
         requests.append(
@@ -341,7 +343,9 @@ def follow_swaps(
         if run.remote_job_origin is None:
             reasons.append(f"{role} run {run.run_id[:8]} ran in-process; its caller refreshes")
             continue
-        new = refresh_run_requests(plan, asset_graph, run.run_id)
+        new = refresh_run_requests(
+            plan, asset_graph, run.run_id, skip=published_keys(instance, plan_id)
+        )
         requests += new
         reasons.append(
             f"plan {plan_id}: {role} run {run.run_id[:8]} succeeded; requested {len(new)} "

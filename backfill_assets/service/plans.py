@@ -36,7 +36,8 @@ APPROVED_BY = "approved_by"
 OVERRUN = "overrun"
 # Per partition, the code versions the swap put in and took out (service.swap).
 CODE_VERSIONS = "code_versions"
-CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN, CODE_VERSIONS)
+PUBLISHED = "published"  # asset keys of the dbt models the swap published with the target
+CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN, CODE_VERSIONS, PUBLISHED)
 
 
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:
@@ -110,6 +111,13 @@ def active_plan_ids(instance: dg.DagsterInstance) -> list[str]:
         instance.add_dynamic_partitions(ACTIVE_PLANS_PARTITIONS, [*approved, _INDEXED])
         keys = [*keys, *approved]
     return sorted({k for k in keys if k != _INDEXED})
+
+
+def published_keys(instance: dg.DagsterInstance, plan_id: str) -> list[str]:
+    """The dbt models the plan's swap published with the target (tables, restored by its
+    rollback; views, which follow the target): no refresh after the swap or rollback needs them."""
+    found = (latest_plan_record(instance, plan_id) or {}).get(PUBLISHED)
+    return [str(k) for k in found] if isinstance(found, list) else []
 
 
 def record_status(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,12 +47,20 @@ class RefreshRequest:
         return tags
 
 
-def refresh_requests(plan: BackfillPlan, asset_graph: Any) -> list[RefreshRequest]:
-    """Group the plan's impact set by partitions definition: one refresh run per grain,
-    upstream grains first."""
+def refresh_requests(
+    plan: BackfillPlan,
+    asset_graph: Any,
+    *,
+    only: Collection[str] | None = None,
+    skip: Collection[str] = (),
+) -> list[RefreshRequest]:
+    """Group the plan's impact set (the keys in `only`, if given, but none in `skip`) by
+    partitions definition: one refresh run per grain, upstream grains first."""
     groups: dict[object, list[str]] = defaultdict(list)
     ranges: dict[object, tuple[str, str] | None] = {}
     for item in plan.impact:
+        if (only is not None and item.asset_key not in only) or item.asset_key in skip:
+            continue
         pd = asset_graph.get(dg.AssetKey.from_user_string(item.asset_key)).partitions_def
         group = id(pd) if pd is not None else None
         groups[group].append(item.asset_key)
@@ -76,11 +85,13 @@ def refresh_downstream(
     *,
     wait_s: float,
     log_level: str | None = None,
+    skip: Collection[str] = (),
 ) -> list[tuple[Any, bool]]:
-    """Rebuild a plan's impacted assets for the affected partitions, in this process: one run
-    per grain, upstream grains first, each under the table's writer lease."""
+    """Rebuild a plan's impacted assets (but `skip`: what its swap published with the target)
+    for the affected partitions, in this process: one run per grain, upstream grains first,
+    each under the table's writer lease."""
     results = []
-    for req in refresh_requests(plan, defs.resolve_asset_graph()):
+    for req in refresh_requests(plan, defs.resolve_asset_graph(), skip=skip):
         tags = req.tags(plan.plan_id, plan.target)
         partition = tags.pop(PARTITION_TAG, None)
         res = run_as_writer(

@@ -13,7 +13,7 @@ The callers hold the table's writer lease around each of these (see service.leas
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -24,11 +24,19 @@ from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import SwapResult, Warehouse
+from backfill_assets.service.downstream import (
+    DbtDownstream,
+    ShadowBuild,
+    build_in_shadow,
+    refuse_failed,
+)
 from backfill_assets.service.gating import blockers, describe_blockers, gate_states
 from backfill_assets.service.plans import (
     CODE_VERSIONS,
+    PUBLISHED,
     latest_plan_record,
     load_plan,
+    published_keys,
     record_status,
 )
 from backfill_assets.service.stale import latest_builds
@@ -52,9 +60,44 @@ def swap_blockers(instance: dg.DagsterInstance, plan: BackfillPlan) -> str | Non
     )
 
 
+def prepare_downstream(
+    instance: dg.DagsterInstance,
+    table: BackfillableTable,
+    graph: Any,
+    wh: Warehouse,
+    dbt: Any,
+    config: DbtDownstream,
+    url: str,
+    plan_id: str,
+    log: Callable[[str], None],
+) -> ShadowBuild | None:
+    """Before the swap of an approved plan whose gates all passed: build its impacted dbt models
+    in shadow and run their tests there. None when the swap has nothing to build (already
+    swapped). Raises SwapRefused, having dropped what it built, when a model or a test fails."""
+    plan, status = load_plan(instance, plan_id)
+    if status != PlanStatus.APPROVED or plan.target != table.key:
+        return None  # perform_swap answers (already swapped, or why not)
+    why = swap_blockers(instance, plan)
+    if why:
+        raise SwapRefused(why)
+    build = build_in_shadow(plan, table, graph, wh, dbt, config, url, log)
+    log(build.summary())
+    if not build.passed:
+        # Recorded before refusing: the gate's failure is what the UI shows.
+        instance.report_runless_asset_event(build.evaluation(table.spec.shadow_name))
+        refuse_failed(build, plan)
+    return build
+
+
 def perform_swap(
-    instance: dg.DagsterInstance, table: BackfillableTable, wh: Warehouse, plan_id: str
+    instance: dg.DagsterInstance,
+    table: BackfillableTable,
+    wh: Warehouse,
+    plan_id: str,
+    downstream: ShadowBuild | None = None,
 ) -> SwapResult:
+    """Swap the plan's validated shadow into the target; with `downstream` (a passing shadow
+    build of its dbt models), publish those models in the same warehouse transaction."""
     plan, status = load_plan(instance, plan_id)
     if status == PlanStatus.SWAPPED:
         return SwapResult(plan_id, "already_swapped", {}, 0, 0.0)
@@ -66,7 +109,8 @@ def perform_swap(
     if why:
         raise SwapRefused(why)
     versions = _code_versions(instance, plan)  # read before the swap records anything
-    result = wh.swap(table.spec, plan_id, _days(plan))
+    companions = downstream.companions if downstream is not None and downstream.passed else []
+    result = wh.swap(table.spec, plan_id, _days(plan), companions)
     record_status(
         instance,
         plan,
@@ -74,9 +118,36 @@ def perform_swap(
         swap_seconds=round(result.seconds, 4),
         swapped_weeks=result.weeks,
         driving=False,
-        **{CODE_VERSIONS: versions},
+        **{CODE_VERSIONS: versions, PUBLISHED: downstream.published_keys if downstream else []},
     )
     return result
+
+
+def published_materializations(
+    instance: dg.DagsterInstance, plan_id: str, action: str
+) -> list[dg.AssetMaterialization]:
+    """One materialization per affected partition of each dbt model the swap published (or
+    the rollback restored), so that Dagster shows them written by the plan."""
+    keys = set(published_keys(instance, plan_id))
+    if not keys:
+        return []
+    plan, _ = load_plan(instance, plan_id, allow_proposed=True)
+    out = []
+    for item in plan.impact:
+        if item.asset_key not in keys:
+            continue
+        parts: list[str | None] = (
+            list(item.partitions) if item.partitions != "all" and item.partitions else [None]
+        )
+        out += [
+            dg.AssetMaterialization(
+                asset_key=dg.AssetKey.from_user_string(item.asset_key),
+                partition=p,
+                metadata={"action": f"published by {action}", "plan_id": plan_id},
+            )
+            for p in parts
+        ]
+    return out
 
 
 def _code_versions(instance: dg.DagsterInstance, plan: BackfillPlan) -> dict[str, Any]:

@@ -487,8 +487,13 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
         overlap = min(rec.end_time, daily.end_time) - max(rec.start_time, daily.start_time)
         assert overlap <= 0, f"batch run {rec.dagster_run.run_id} overlapped the daily run"
 
-    # Swap from the Launchpad: the refresh sensor requests one run per grain of the impact set.
-    swap_config = {"ops": {"orders_daily__swap": {"config": {"plan_id": plan.plan_id}}}}
+    # Swap from the Launchpad publishing the target alone (`downstream: false`, the CLI's
+    # --no-refresh): the refresh sensor requests one run per grain of the impact set. (With the
+    # default, the models are published with the target and nothing is left to refresh: see
+    # tests/test_downstream.py and the browser test of the swap.)
+    swap_config = {
+        "ops": {"orders_daily__swap": {"config": {"plan_id": plan.plan_id, "downstream": False}}}
+    }
     swap = launch(dev, "orders_daily__swap_job", swap_config)
     succeeded(dev, swap)
     expected = [f"{plan.plan_id}-refresh-{swap}-{i}" for i in (1, 2, 3)]

@@ -137,7 +137,7 @@ sys.exit(main([os.environ["KIND"], os.environ["PLAN_ID"], *os.environ["ARGS"].sp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["inside the swap", "during the refresh"])
+@pytest.mark.parametrize("where", ["inside the swap", "during the shadow build"])
 def test_a_killed_swap_leaves_nothing_that_blocks_the_next_swap_rollback_or_daily_run(
     defs, instance, history, warehouse_path, tmp_path, capsys, where
 ):
@@ -161,13 +161,16 @@ def test_a_killed_swap_leaves_nothing_that_blocks_the_next_swap_rollback_or_dail
     )
     if inside:
         child.wait_for("paused at")  # the swap's transaction is open
+        child.kill()
     else:
-        child.wait_for("swap of plan")  # swapped; the dbt refresh has started
-        time.sleep(2)
-    child.kill()
+        # dbt is building the marts in shadow, before anything moved: the machine dies (the
+        # command and its dbt process both SIGKILLed).
+        dbt = _wait_for_child_process(child.proc.pid, "backfill_assets_shadow")
+        os.kill(dbt, signal.SIGKILL)
+        child.kill()
     holder = history.writer(ORDERS.key)
     assert holder is not None and holder.pid == child.proc.pid  # the dead run holds the table
-    expect_target(f"swap killed {where}", _history(history), old if inside else new)
+    expect_target(f"swap killed {where}", _history(history), old)
 
     # `status` names what holds the table and that it is free to take.
     capsys.readouterr()
@@ -178,9 +181,13 @@ def test_a_killed_swap_leaves_nothing_that_blocks_the_next_swap_rollback_or_dail
 
     # The next command does not wait for the dead run: it marks it failed and takes over.
     t0 = time.monotonic()
-    if inside:
-        assert main(["swap", plan.plan_id, "--no-refresh"]) == 0
-        expect_target("swap after the killed one", _history(history), new)
+    # Then the swap (building the marts in shadow again, over what the killed one left).
+    assert main(["swap", plan.plan_id, *(["--no-refresh"] if inside else [])]) == 0
+    expect_target("swap after the killed one", _history(history), new)
+    leftovers = history.query(
+        "select table_name from information_schema.tables where strpos(table_name, '__bf_') > 0"
+    )
+    assert leftovers == [], leftovers
     assert main(["rollback", plan.plan_id, "--no-refresh"]) == 0
     assert time.monotonic() - t0 < 60
     expect_target(f"rollback after a swap killed {where}", _history(history), old)
@@ -196,6 +203,25 @@ def test_a_killed_swap_leaves_nothing_that_blocks_the_next_swap_rollback_or_dail
         timeout=300,
     )
     assert daily.returncode == 0, daily.stdout + daily.stderr[-2000:]
+
+
+def _wait_for_child_process(parent: int, marker: str, timeout: float = 120.0) -> int:
+    """The pid of a process started by `parent` whose command line contains `marker`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            if ppid == parent and marker in args:
+                return int(entry.name)
+        time.sleep(0.05)
+    raise AssertionError(f"no process with {marker!r} under pid {parent} in {timeout:g}s")
 
 
 CHILD_HOLD_LEASE = """

@@ -588,11 +588,22 @@ def test_after_the_fix_a_swap_launched_from_the_launchpad_succeeds(
     expect(page.get_by_text(swapped).first).to_be_visible()
     shot(page, "ui-swap-succeeded")
     assert status_of(story, run_id) == dg.DagsterRunStatus.SUCCESS
-    # One materialization of the target per swapped partition, with rows and checksums.
+    # One materialization of the target per swapped partition, with rows and checksums; the
+    # impacted dbt tables were published with it (materialized by the same run).
     mats = story.dev.instance.get_records_for_run(
         run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION
     ).records
-    assert len(mats) == len(plan.partitions)
+    keys = [m.event_log_entry.dagster_event.asset_key for m in mats]  # type: ignore[union-attr]
+    assert keys.count(dg.AssetKey(plan.target)) == len(plan.partitions)
+    assert {k.to_user_string() for k in keys if k} >= {"fct_daily_revenue", "dim_customers"}
+
+    # The downstream gate: the dbt tests of the models built in shadow, on the shadow's checks.
+    filter_logs(page, "built in shadow")
+    expect(page.get_by_text("dbt tests").first).to_contain_text("passed")
+    page.goto(story.url("/assets/orders_daily__shadow?view=checks"))
+    entry = page.locator("span", has=page.get_by_title("downstream_dbt_tests", exact=True)).first
+    expect(entry).to_contain_text("Succeeded")
+    shot(page, "ui-downstream-gate")
 
     page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
     expect(metadata_row(page, "status")).to_contain_text("swapped")

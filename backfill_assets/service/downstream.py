@@ -1,0 +1,349 @@
+"""Build a plan's impacted dbt models in shadow, from the target's shadow, before its swap.
+
+The swap publishes what this builds together with the target, in the warehouse transaction of
+the target's swap (`Companion`s), so readers never see the fixed target next to stale marts:
+
+1. An *overlay* view of the target (`<target>__bf_overlay`): its live rows outside the plan's
+   range, the plan's validated shadow rows inside it: what the target holds after the swap.
+2. Every impacted dbt model materialized as a table or incremental gets a shadow relation
+   (`<model>__bf_shadow`); an incremental one starts as a copy of its live table, so only the
+   plan's partitions are rebuilt. Impacted views get shadow views, for the build to read through;
+   they are not published (a view reads whatever the target holds).
+3. `dbt build` of those models, one invocation per grain (upstream grains first) with the
+   partition window as vars, and with the var `backfill_assets_shadow` mapping each model and the
+   target's source to its shadow relation. The project's `generate_alias_name` and `source`
+   macros (backfill_assets/dbt/backfill_assets_shadow.sql) honour it; without them nothing is
+   built (a build would write the live models). The models' dbt tests run on the shadows: they
+   are the `downstream_dbt_tests` gate.
+
+Impacted assets that are not dbt tables (views aside) are only flagged: the caller refreshes them
+after the swap as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+from backfill_assets.constants import DOWNSTREAM_CHECK
+from backfill_assets.errors import BackfillError, SwapRefused
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Companion, Warehouse
+from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
+
+SHADOW_SUFFIX = "__bf_shadow"
+OVERLAY_SUFFIX = "__bf_overlay"
+SHADOW_VAR = "backfill_assets_shadow"
+MANIFEST_KEY = "dagster_dbt/manifest"
+UNIQUE_ID_KEY = "dagster_dbt/unique_id"
+PUBLISHED = ("table", "incremental")
+MACRO_FILE = "backfill_assets/dbt/backfill_assets_shadow.sql"
+
+
+@dataclass(frozen=True)
+class DbtDownstream:
+    """How a table's swap builds its impacted dbt models in shadow (`backfill_definitions`'
+    `downstream_dbt`).
+
+    Args:
+        resource_key: the code location's `DbtCliResource`.
+        window_vars: the dbt vars your partitioned models read their half-open partition window
+            from (start date, end date), as your @dbt_assets pass them.
+        cli_target: warehouse URL -> (extra dbt arguments, environment variables) selecting the
+            dbt target that writes that warehouse, as your @dbt_assets select it. None: the
+            profile's default target.
+    """
+
+    resource_key: str = "dbt"
+    window_vars: tuple[str, str] = ("min_date", "max_date")
+    cli_target: Callable[[str], tuple[list[str], dict[str, str]]] | None = None
+
+
+@dataclass(frozen=True)
+class DbtModel:
+    asset_key: str
+    name: str
+    relation: str  # the live relation (the model's alias)
+    materialized: str
+
+    @property
+    def shadow(self) -> str:
+        return validate_ident(f"{self.relation[:50]}{SHADOW_SUFFIX}", "shadow relation")
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """A plan's impact set, split by what the swap does with each asset."""
+
+    rebuilt: tuple[DbtModel, ...]  # dbt tables: built in shadow, published with the target
+    views: tuple[DbtModel, ...]  # dbt views: follow the target; shadow views only for the build
+    flagged: tuple[str, ...]  # anything else: refreshed (or flagged) after the swap
+    manifest: Mapping[str, Any] | None = None
+
+    @property
+    def keys(self) -> set[str]:
+        return {m.asset_key for m in (*self.rebuilt, *self.views)}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    unique_id: str
+    status: str
+    failures: int | None
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("success", "pass", "warn")
+
+    @property
+    def name(self) -> str:
+        """The node's name: `test.<package>.<name>.<hash>` and `model.<package>.<name>`."""
+        parts = self.unique_id.split(".")
+        return parts[2] if len(parts) > 2 else self.unique_id
+
+
+@dataclass
+class ShadowBuild:
+    """What one shadow build of a plan's downstream did."""
+
+    plan_id: str
+    companions: list[Companion] = field(default_factory=list)
+    # asset keys of the tables it publishes and of the views that follow the target
+    published_keys: list[str] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(o.ok for o in self.outcomes)
+
+    @property
+    def tests(self) -> list[Outcome]:
+        return [o for o in self.outcomes if o.unique_id.startswith("test.")]
+
+    @property
+    def failed(self) -> list[Outcome]:
+        return [o for o in self.outcomes if not o.ok]
+
+    def summary(self) -> str:
+        tests = self.tests
+        passed = sum(o.ok for o in tests)
+        models = ", ".join(c.live for c in self.companions) or "no tables"
+        head = f"{models} built in shadow; dbt tests {passed}/{len(tests)} passed"
+        if self.error:
+            return f"{head}; {self.error}"
+        if self.failed:
+            bad = "; ".join(
+                f"{o.name} {o.status}" + (f" ({o.failures} rows)" if o.failures else "")
+                for o in self.failed[:5]
+            )
+            return f"{head}; failing: {bad}"
+        return head
+
+    def evaluation(self, shadow_key: str) -> dg.AssetCheckEvaluation:
+        """The `downstream_dbt_tests` gate's result, recorded on the table's shadow asset."""
+        return dg.AssetCheckEvaluation(
+            asset_key=dg.AssetKey(shadow_key),
+            check_name=DOWNSTREAM_CHECK,
+            passed=self.passed,
+            severity=dg.AssetCheckSeverity.ERROR,
+            description=self.summary(),
+            metadata={
+                "plan_id": self.plan_id,
+                "models": [c.live for c in self.companions],
+                "dbt_tests": len(self.tests),
+                "failed": [f"{o.unique_id}: {o.status} {o.message}"[:300] for o in self.failed],
+                "seconds": round(self.seconds, 2),
+            },
+        )
+
+
+def classify(plan: BackfillPlan, graph: Any) -> Downstream:
+    """Which of the plan's impacted assets are dbt tables (rebuilt in shadow), dbt views, and
+    anything else (flagged)."""
+    rebuilt: list[DbtModel] = []
+    views: list[DbtModel] = []
+    flagged: list[str] = []
+    manifest: Mapping[str, Any] | None = None
+    for item in plan.impact:
+        key = dg.AssetKey.from_user_string(item.asset_key)
+        meta = graph.get(key).metadata if graph.has(key) else {}
+        wrapper, unique_id = meta.get(MANIFEST_KEY), meta.get(UNIQUE_ID_KEY)
+        nodes = wrapper.manifest["nodes"] if wrapper is not None else {}
+        node = nodes.get(unique_id) if unique_id else None
+        if wrapper is None or node is None or node.get("resource_type") != "model":
+            flagged.append(item.asset_key)
+            continue
+        manifest = manifest or wrapper.manifest
+        model = DbtModel(
+            item.asset_key,
+            node["name"],
+            node.get("alias") or node["name"],
+            str(node.get("config", {}).get("materialized", "")),
+        )
+        if model.materialized in PUBLISHED:
+            rebuilt.append(model)
+        elif model.materialized == "view":
+            views.append(model)
+        else:
+            flagged.append(item.asset_key)
+    return Downstream(tuple(rebuilt), tuple(views), tuple(flagged), manifest)
+
+
+def require_shadow_macros(manifest: Mapping[str, Any], models: Iterable[str]) -> None:
+    """Refuse unless the dbt project overrides `generate_alias_name` and `source` with macros
+    that read the shadow var: a project that ignored it would write the live models."""
+    found = {
+        m.get("name")
+        for m in manifest.get("macros", {}).values()
+        if m.get("package_name") != "dbt" and SHADOW_VAR in (m.get("macro_sql") or "")
+    }
+    if not {"generate_alias_name", "source"} <= found:
+        raise BackfillError(
+            f"the dbt project of {', '.join(models)} cannot build them in shadow: copy "
+            f"{MACRO_FILE} (in the backfill_assets package) into its macros/ folder, or swap "
+            "with --no-refresh to publish the target alone"
+        )
+
+
+def _drop(wh: Warehouse, views: Iterable[str], tables: Iterable[str]) -> None:
+    for name in views:
+        wh.execute(f"DROP VIEW IF EXISTS {quote_ident(name)}")
+    for name in tables:
+        wh.execute(f"DROP TABLE IF EXISTS {quote_ident(name)}")
+
+
+def _window(graph: Any, keys: Sequence[str], start: str, end: str) -> tuple[dt.date, dt.date]:
+    pd = graph.get(dg.AssetKey.from_user_string(keys[0])).partitions_def
+    return (
+        pd.time_window_for_partition_key(start).start.date(),
+        pd.time_window_for_partition_key(end).end.date(),
+    )
+
+
+def discard(wh: Warehouse, table: BackfillableTable, downstream: Downstream) -> None:
+    """Drop everything a shadow build made (its overlay, shadow views and shadow tables)."""
+    _drop(
+        wh,
+        [m.shadow for m in downstream.views] + [overlay_name(table)],
+        [m.shadow for m in downstream.rebuilt],
+    )
+
+
+def overlay_name(table: BackfillableTable) -> str:
+    return validate_ident(f"{table.spec.name[:50]}{OVERLAY_SUFFIX}", "overlay view")
+
+
+def build_in_shadow(
+    plan: BackfillPlan,
+    table: BackfillableTable,
+    graph: Any,
+    wh: Warehouse,
+    dbt: Any,
+    config: DbtDownstream,
+    url: str,
+    log: Callable[[str], None] = lambda _: None,
+) -> ShadowBuild:
+    """Build the plan's impacted dbt tables in shadow and run their dbt tests there.
+
+    On success the shadow tables stay, ready for the swap to publish (`ShadowBuild.companions`);
+    the overlay and shadow views are dropped. On any failure everything it built is dropped: the
+    target and the live models are never written.
+    """
+    from backfill_assets.service.refresh import refresh_requests
+
+    t0 = time.perf_counter()
+    build = ShadowBuild(plan.plan_id)
+    downstream = classify(plan, graph)
+    if not downstream.rebuilt:
+        return build
+    assert downstream.manifest is not None
+    require_shadow_macros(downstream.manifest, [m.name for m in downstream.rebuilt])
+    spec = table.spec
+    overlay = overlay_name(table)
+    shadows = {m.name: m.shadow for m in (*downstream.rebuilt, *downstream.views)}
+    shadows[spec.name] = overlay
+    discard(wh, table, downstream)  # what an interrupted build left
+    lo, hi = plan.start, plan.end + dt.timedelta(days=1)
+    pc, cols = (
+        quote_ident(spec.partition_column),
+        ", ".join(quote_ident(c) for c in spec.column_names),
+    )
+    inside = f"{pc} >= DATE '{lo.isoformat()}' AND {pc} < DATE '{hi.isoformat()}'"
+    wh.execute(
+        f"CREATE VIEW {quote_ident(overlay)} AS "
+        f"SELECT {cols} FROM {quote_ident(spec.name)} WHERE NOT ({inside}) "
+        f"UNION ALL SELECT {cols} FROM {quote_ident(spec.shadow_name)} WHERE {inside}"
+    )
+    try:
+        for m in downstream.rebuilt:
+            if m.materialized == "incremental" and wh.relation_exists(m.relation):
+                shadow, live = quote_ident(m.shadow), quote_ident(m.relation)
+                wh.execute(f"CREATE TABLE {shadow} AS SELECT * FROM {live}")
+        target_args, env = config.cli_target(url) if config.cli_target else ([], {})
+        os.environ.update(env)  # dbt runs as a subprocess with this process's environment
+        names = {m.asset_key: m.name for m in (*downstream.rebuilt, *downstream.views)}
+        requests = refresh_requests(plan, graph, only=set(names))
+        for req in requests:
+            dbt_vars: dict[str, Any] = {SHADOW_VAR: shadows}
+            if req.start and req.end:
+                w0, w1 = _window(graph, req.asset_keys, req.start, req.end)
+                dbt_vars.update(
+                    {config.window_vars[0]: w0.isoformat(), config.window_vars[1]: w1.isoformat()}
+                )
+            args = [
+                "build",
+                *target_args,
+                "--select",  # one argument: dagster-dbt takes one value per flag
+                " ".join(sorted(names[k] for k in req.asset_keys)),
+                "--exclude-resource-type",
+                "unit_test",
+                "--vars",
+                json.dumps(dbt_vars),
+            ]
+            log(f"dbt {' '.join(args[:1] + args[1 + len(target_args) : -2])} (in shadow)")
+            invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)
+            invocation.wait()
+            results = (invocation.get_artifact("run_results.json") or {}).get("results", [])
+            build.outcomes += [
+                Outcome(r["unique_id"], r["status"], r.get("failures"), r.get("message") or "")
+                for r in results
+            ]
+            if not invocation.is_successful() and all(o.ok for o in build.outcomes):
+                build.error = f"dbt build failed ({invocation.get_error() or 'see its log'})"
+            if not build.passed:
+                break
+        if build.passed:
+            missing = [m.shadow for m in downstream.rebuilt if not wh.relation_exists(m.shadow)]
+            if missing:
+                build.error = f"dbt did not write {', '.join(missing)}"
+    except Exception as e:  # dbt could not start, a warehouse error: nothing is kept
+        build.error = f"{type(e).__name__}: {e}"
+    build.seconds = time.perf_counter() - t0
+    if build.passed:
+        _drop(wh, [m.shadow for m in downstream.views] + [overlay], [])
+    else:
+        discard(wh, table, downstream)
+    build.companions = [Companion(m.relation, m.shadow) for m in downstream.rebuilt]
+    build.published_keys = [m.asset_key for m in (*downstream.rebuilt, *downstream.views)]
+    return build
+
+
+def refuse_failed(build: ShadowBuild, plan: BackfillPlan) -> None:
+    if not build.passed:
+        raise SwapRefused(
+            f"plan {plan.plan_id} was not swapped: its downstream dbt models failed in shadow "
+            f"({build.summary()}). Nothing was published: {plan.target} and its models are "
+            "unchanged. Fix the models (or the plan) and swap again, or swap with --no-refresh "
+            "to publish the target alone and leave the models stale"
+        )

@@ -1,0 +1,279 @@
+"""Downstream published with the target, or not at all (the swap with `downstream_dbt`).
+
+The example declares `downstream_dbt`, so its swap builds the impacted dbt tables
+(fct_daily_revenue, fct_weekly_revenue, dim_customers) in shadow from an overlay of the
+target's validated shadow, runs their dbt tests there (the `downstream_dbt_tests` gate), and
+publishes them with the target in the warehouse transaction of the swap. Real dbt builds, real
+DuckDB files and a real PostgreSQL server, a real Dagster instance.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import duckdb
+import pytest
+
+from backfill_assets.constants import DOWNSTREAM_CHECK, ROLE_ROLLBACK
+from backfill_assets.errors import BackfillError
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.seed import build_history
+from backfill_assets.lib.states import PlanStatus
+from backfill_assets.lib.warehouse.base import companion_backup
+from backfill_assets.service.downstream import SHADOW_SUFFIX, DbtDownstream
+from backfill_assets.service.plans import load_plan, published_keys
+from backfill_assets.service.refresh import refresh_requests
+from backfill_assets.service.swap import perform_swap, prepare_downstream
+from tests.conftest import HISTORY_END, HISTORY_START, make_plan
+from tests.helpers import execute, refused_message, swap_or_rollback
+
+START, END = dt.date(2026, 1, 5), dt.date(2026, 1, 14)  # two ISO weeks, the second partial
+MARTS = ("fct_daily_revenue", "fct_weekly_revenue", "dim_customers")
+LIVE_REVENUE = (
+    "not is_cancelled and order_id is not null and order_date is not null "
+    "and customer_id is not null"
+)
+
+
+def _rows(wh: Any, relation: str) -> list[tuple] | None:
+    """Every row of `relation`, sorted (None when it does not exist)."""
+    try:
+        return sorted(wh.query(f"select * from {relation}"), key=repr)
+    except Exception:
+        return None
+
+
+def _state(wh: Any) -> dict[str, Any]:
+    return {name: _rows(wh, name) for name in ("orders_daily", *MARTS)}
+
+
+def _leftovers(wh: Any) -> list[str]:
+    rows = wh.query(
+        "select table_name from information_schema.tables where table_schema = current_schema()"
+    )
+    return sorted(r[0] for r in rows if "__bf_" in r[0] or "__bfb_" in r[0])
+
+
+INVARIANT = (
+    "select (select coalesce(sum(net_revenue_usd), 0) from fct_daily_revenue "
+    "where order_date between DATE '{s}' and DATE '{e}'), "
+    "(select coalesce(sum(net_revenue_usd), 0) from orders_daily "
+    "where " + LIVE_REVENUE + " and order_date between DATE '{s}' and DATE '{e}')"
+)
+
+
+def _invariant(con_query: Any) -> tuple[Any, Any]:
+    """(daily revenue mart, sum over the target) for the history, in one statement."""
+    row = con_query(INVARIANT.format(s=HISTORY_START, e=HISTORY_END))[0]
+    return row[0], row[1]
+
+
+@pytest.mark.backends("embedded", "postgres")
+def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_all(
+    defs, instance, history_with_marts
+):
+    wh = history_with_marts
+    before = _state(wh)
+    mart, target = _invariant(wh.query)
+    assert mart == target  # the marts were built from the v1 target
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    assert [r.status for r in execute(defs, instance, wh, plan)] == ["passed", "passed"]
+
+    swap = swap_or_rollback(defs, instance, wh, plan.plan_id)
+    assert swap.success, refused_message(swap)
+    after = _state(wh)
+    assert after["orders_daily"] != before["orders_daily"]
+    assert after["fct_daily_revenue"] != before["fct_daily_revenue"]
+    mart, target = _invariant(wh.query)
+    assert mart == target  # the marts were published with the fixed target
+    # Only the replaced marts are left, as the plan's backups: no shadow, no overlay. (The
+    # seeded history has no weekly mart yet: the swap publishes its first version.)
+    assert before["fct_weekly_revenue"] is None and after["fct_weekly_revenue"]
+    replaced = [m for m in MARTS if before[m] is not None]
+    assert _leftovers(wh) == sorted(companion_backup(m, plan.plan_id) for m in replaced)
+    assert set(published_keys(instance, plan.plan_id)) == {*MARTS, "stg_orders"}
+    # The gate is recorded on the shadow asset, passing, with the dbt tests it ran.
+    evals = [
+        e.event_specific_data
+        for e in swap.all_events
+        if e.event_type_value == "ASSET_CHECK_EVALUATION"
+    ]
+    gate = [v for v in evals if isinstance(v, dg.AssetCheckEvaluation)]
+    assert [(v.check_name, v.passed) for v in gate] == [(DOWNSTREAM_CHECK, True)]
+    assert gate[0].metadata["dbt_tests"].value > 10  # type: ignore[operator]
+    # Dagster shows the marts written by the swap, partition by partition.
+    published = {
+        (e.event_specific_data.materialization.asset_key.to_user_string(), e.partition)  # type: ignore[union-attr]
+        for e in swap.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+    }
+    assert ("fct_daily_revenue", START.isoformat()) in published
+    assert ("dim_customers", None) in published
+    # Nothing is left to refresh in place after the swap: every impacted model was published.
+    graph = defs.resolve_asset_graph()
+    assert refresh_requests(plan, graph, skip=published_keys(instance, plan.plan_id)) == []
+
+    rollback = swap_or_rollback(defs, instance, wh, plan.plan_id, ROLE_ROLLBACK)
+    assert rollback.success, refused_message(rollback)
+    assert _state(wh) == before  # target and every mart, row for row
+    assert _leftovers(wh) == []
+
+
+def _planted_project(tmp_path: Path) -> Path:
+    """A copy of the example's dbt project with one more singular test on fct_daily_revenue
+    that passes on the live model and fails on its shadow."""
+    src = Path("dbt_project").resolve()
+    dst = tmp_path / "dbt_project"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))
+    (dst / "tests" / "assert_planted_failure_in_shadow.sql").write_text(
+        "-- planted by tests/test_downstream.py: fails only when built in shadow\n"
+        "select * from {{ ref('fct_daily_revenue') }}\n"
+        "where {{ 'true' if var('backfill_assets_shadow', none) else 'false' }}\n"
+    )
+    return dst
+
+
+@pytest.mark.slow
+def test_a_failing_dbt_test_in_shadow_halts_before_the_swap_and_changes_nothing(
+    instance, wh, landed, tmp_path
+):
+    from backfill_assets.example.definitions import example_definitions
+
+    planted = example_definitions(_planted_project(tmp_path))
+    build_history(planted, instance, wh, HISTORY_START, HISTORY_END, logic="1")
+    plan = make_plan(planted, instance, wh, START.isoformat(), END.isoformat())
+    assert [r.status for r in execute(planted, instance, wh, plan)] == ["passed", "passed"]
+    before = _state(wh)
+
+    swap = swap_or_rollback(planted, instance, wh, plan.plan_id)
+    assert not swap.success
+    message = refused_message(swap)
+    assert "downstream dbt models failed in shadow" in message
+    assert "assert_planted_failure_in_shadow" in message
+    assert _state(wh) == before  # the target and the marts are unchanged
+    assert _leftovers(wh) == []  # nothing it built in shadow is left
+    assert load_plan(instance, plan.plan_id)[1] == PlanStatus.APPROVED
+    # The failing gate is recorded on the shadow asset for the UI.
+    key = dg.AssetCheckKey(dg.AssetKey(ORDERS.spec.shadow_name), DOWNSTREAM_CHECK)
+    record = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert record is not None and record.status.value == "FAILED"
+
+    # With --no-refresh the target alone is published and the marts stay as they were.
+    alone = swap_or_rollback(planted, instance, wh, plan.plan_id, downstream=False)
+    assert alone.success, refused_message(alone)
+    after = _state(wh)
+    assert after["orders_daily"] != before["orders_daily"]
+    assert {m: after[m] for m in MARTS} == {m: before[m] for m in MARTS}
+    assert published_keys(instance, plan.plan_id) == []
+
+
+@pytest.mark.backends("embedded", "postgres")
+def test_readers_never_see_the_new_target_next_to_the_old_marts(
+    backend, defs, instance, history_with_marts
+):
+    """A reader loop checks the cross-table invariant (daily revenue mart == the sum over the
+    target, per the same days) in one statement each time, while the swap publishes."""
+    wh = history_with_marts
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    execute(defs, instance, wh, plan)
+    build = prepare_downstream(
+        instance,
+        ORDERS,
+        defs.resolve_asset_graph(),
+        wh,
+        defs.resources["dbt"],
+        _config(defs),
+        _url(backend, wh),
+        plan.plan_id,
+        lambda _: None,
+    )
+    assert build is not None and build.passed and len(build.companions) == 3
+    assert all(c.shadow.endswith(SHADOW_SUFFIX) for c in build.companions)
+
+    seen: list[tuple[Any, Any]] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        query = _reader_query(backend, wh)
+        try:
+            while not stop.is_set():
+                seen.append(_invariant(query))
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        while len(seen) < 5:
+            stop.wait(0.01)
+        perform_swap(instance, ORDERS, wh, plan.plan_id, build)
+        count = len(seen)
+        while len(seen) < count + 5 and not errors:
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+    assert all(mart == target for mart, target in seen), [s for s in seen if s[0] != s[1]][:3]
+    assert len({s[1] for s in seen}) == 2  # it saw the target before and after the swap
+
+
+def _config(defs: dg.Definitions) -> DbtDownstream:
+    from backfill_assets.example.dbt import dbt_target
+
+    return DbtDownstream(resource_key="dbt", cli_target=dbt_target)
+
+
+def _url(backend: str, wh: Any) -> str:
+    import os
+
+    from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+
+    return os.environ[WAREHOUSE_ENV]
+
+
+def _reader_query(backend: str, wh: Any) -> Any:
+    """A reader of its own: a PostgreSQL connection, or a DuckDB connection in this process
+    (DuckDB lets one process open the file; its connections share it)."""
+    if backend == "postgres":
+        import psycopg
+
+        url = _url(backend, wh).split("?")[0]
+        con = psycopg.connect(url, autocommit=True, options=f"-c search_path={wh.schema}")
+        return lambda sql: con.execute(sql).fetchall()
+    con = duckdb.connect(str(wh.path))
+    return lambda sql: con.execute(sql).fetchall()
+
+
+def test_the_example_carries_the_frameworks_shadow_macros_unchanged():
+    shipped = Path("backfill_assets/dbt/backfill_assets_shadow.sql").read_text()
+    assert Path("dbt_project/macros/backfill_assets_shadow.sql").read_text() == shipped
+
+
+def test_without_the_shadow_macros_nothing_is_built_and_the_error_says_what_to_copy(defs):
+    """A dbt project that would ignore the var would write the live models: refused first.
+    (The example's real manifest, with and without the project's two macros.)"""
+    from backfill_assets.service.downstream import MANIFEST_KEY, require_shadow_macros
+
+    node = defs.resolve_asset_graph().get(dg.AssetKey("fct_daily_revenue"))
+    manifest = node.metadata[MANIFEST_KEY].manifest
+    require_shadow_macros(manifest, ["fct_daily_revenue"])  # the example has them
+    for name in ("generate_alias_name", "source"):
+        without = {
+            **manifest,
+            "macros": {
+                k: m
+                for k, m in manifest["macros"].items()
+                if not (m["name"] == name and m["package_name"] == "backfill_marts")
+            },
+        }
+        with pytest.raises(BackfillError) as refused:
+            require_shadow_macros(without, ["fct_daily_revenue"])
+        assert "backfill_assets/dbt/backfill_assets_shadow.sql" in str(refused.value)
+        assert "--no-refresh" in str(refused.value)
