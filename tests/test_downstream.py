@@ -23,6 +23,7 @@ from backfill_assets.constants import DOWNSTREAM_CHECK, ROLE_ROLLBACK
 from backfill_assets.errors import BackfillError
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import build_history
+from backfill_assets.lib.planning.markdown import render_markdown
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.base import companion_backup
 from backfill_assets.service.downstream import SHADOW_SUFFIX, DbtDownstream
@@ -82,6 +83,21 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     mart, target = _invariant(wh.query)
     assert mart == target  # the marts were built from the v1 target
     plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    # The plan says what the swap will rebuild in shadow and what follows the target.
+    kinds = {i.asset_key: i.kind for i in plan.impact}
+    assert kinds == {
+        "fct_daily_revenue": "dbt incremental",
+        "fct_weekly_revenue": "dbt incremental",
+        "dim_customers": "dbt table",
+        "stg_orders": "dbt view",
+    }
+    markdown = render_markdown(plan)
+    assert (
+        "| `dim_customers` | dbt table | all (full refresh) | rebuilt in shadow, tested, "
+        in markdown
+    )
+    assert "| `stg_orders` | dbt view | all (full refresh) | a view: reads the target" in markdown
+    assert "`swap --no-refresh` publishes the target alone" in markdown
     assert [r.status for r in execute(defs, instance, wh, plan)] == ["passed", "passed"]
 
     swap = swap_or_rollback(defs, instance, wh, plan.plan_id)

@@ -118,6 +118,9 @@ def test_impact_lists_each_downstream_asset_and_its_partitions() -> None:
     text = render_markdown(make_plan())
     assert "| `stg_orders` | dbt | all (full refresh) |" in text
     assert "| `fct_weekly_revenue` | dbt | 4 (2026-01-01..2026-04-01) |" in text
+    # Models of a table that does not declare downstream_dbt are refreshed after the swap.
+    assert "| `stg_orders` | dbt | all (full refresh) | refreshed after the swap; flagged" in text
+    assert "published with the target" not in text.split("## 3.")[0]
 
 
 def test_cost_and_contention_state_their_basis() -> None:

@@ -14,16 +14,25 @@ from typing import Any, Literal
 
 import dagster as dg
 
+from backfill_assets.constants import DOWNSTREAM_DBT_METADATA_KEY
 from backfill_assets.lib.planning.plan import ImpactedAsset
 
 ALL: Literal["all"] = "all"
+# dagster-dbt's metadata of a model's materialization ("table", "incremental", "view", ...).
+DBT_MATERIALIZATION = "dagster-dbt/materialization_type"
 
 
-def _kind(node: Any) -> str:
+def _kind(node: Any, published: bool) -> str:
+    """ "dbt" or "asset"; for a dbt model that the target's swap builds in shadow and publishes
+    (the table declares downstream_dbt), "dbt <materialization>": "dbt table", "dbt
+    incremental" (published with the target), "dbt view" (follows it)."""
     kinds = {
         k.removeprefix("dagster/kind/") for k in (node.tags or {}) if k.startswith("dagster/kind/")
     }
-    return "dbt" if "dbt" in kinds else "asset"
+    if "dbt" not in kinds:
+        return "asset"
+    materialized = (node.metadata or {}).get(DBT_MATERIALIZATION) if published else None
+    return f"dbt {materialized}" if materialized else "dbt"
 
 
 def _downstream_in_order(asset_graph: Any, target_key: Any) -> list[Any]:
@@ -75,7 +84,9 @@ def downstream_impact(
     """
     target_key = dg.AssetKey.from_user_string(target)
     excluded = {dg.AssetKey.from_user_string(e) for e in exclude}
-    target_pd = asset_graph.get(target_key).partitions_def
+    target_node = asset_graph.get(target_key)
+    target_pd = target_node.partitions_def
+    published = bool((target_node.metadata or {}).get(DOWNSTREAM_DBT_METADATA_KEY))
     affected: dict[dg.AssetKey, Any] = {
         target_key: target_pd.subset_with_partition_keys([d.isoformat() for d in days])
         if target_pd
@@ -132,5 +143,5 @@ def downstream_impact(
             if id(result) not in keys_of:
                 keys_of[id(result)] = tuple(sorted(result.get_partition_keys()))
             partitions = keys_of[id(result)]
-        out.append(ImpactedAsset.built(key.to_user_string(), partitions, _kind(node)))
+        out.append(ImpactedAsset.built(key.to_user_string(), partitions, _kind(node, published)))
     return tuple(out)

@@ -67,8 +67,9 @@ def render_markdown(plan: BackfillPlan) -> str:
         "## Rollback",
         "",
         f"Strategy `{plan.rollback.strategy}`: the swap keeps the replaced rows of "
-        f"`{plan.target}`; `{plan.rollback.command}` restores them in one atomic step, then the "
-        "impacted downstream assets are refreshed for the affected partitions.",
+        f"`{plan.target}`; `{plan.rollback.command}` restores them in one atomic step, with the "
+        "models the swap published; the other impacted assets are then refreshed for the "
+        "affected partitions.",
         "",
         "## Timeline",
         "",
@@ -149,7 +150,10 @@ def _criteria(criteria: Criteria) -> list[str]:
 def _impact(impact: tuple[ImpactedAsset, ...]) -> list[str]:
     if not impact:
         return ["No downstream assets depend on the target."]
-    rows = ["| asset | kind | affected partitions |", "|---|---|---|"]
+    rows = [
+        "| asset | kind | affected partitions | at the swap |",
+        "|---|---|---|---|",
+    ]
     for a in impact:
         if a.partitions == "all":
             parts = "all (full refresh)"
@@ -157,8 +161,29 @@ def _impact(impact: tuple[ImpactedAsset, ...]) -> list[str]:
             parts = ", ".join(a.partitions) or "none"
         else:
             parts = f"{len(a.partitions)} ({a.partitions[0]}..{a.partitions[-1]})"
-        rows.append(f"| `{a.asset_key}` | {a.kind} | {parts} |")
+        rows.append(f"| `{a.asset_key}` | {a.kind} | {parts} | {_at_swap(a.kind)} |")
+    if any(_at_swap(a.kind) == PUBLISHED for a in impact):
+        rows += [
+            "",
+            "The swap builds the models marked *rebuilt in shadow* from the validated shadow of "
+            "the target, runs their dbt tests there (the `downstream_dbt_tests` gate: a failure "
+            "refuses the swap and changes nothing), and publishes them in the transaction that "
+            "swaps the target; the rollback restores them with it. `swap --no-refresh` publishes "
+            "the target alone: every asset here is then only flagged stale.",
+        ]
     return rows
+
+
+PUBLISHED = "rebuilt in shadow, tested, published with the target"
+
+
+def _at_swap(kind: str) -> str:
+    """What the swap does with an impacted asset of this kind (see lib.planning.impact)."""
+    if kind in ("dbt table", "dbt incremental"):
+        return PUBLISHED
+    if kind == "dbt view":
+        return "a view: reads the target, published with it"
+    return "refreshed after the swap; flagged stale until then"
 
 
 def _batch_row(b: Batch, tz: ZoneInfo) -> str:
