@@ -79,6 +79,13 @@ def test_the_demo_killed_half_way_then_run_again_tells_the_whole_story_and_exits
     assert "[swap] REFUSED" in out
     assert "unchanged: True" in out
     assert "equal to the pre-swap checksum: True" in out
+    # The marts: built in shadow and tested, published with the target, restored by the rollback.
+    assert re.search(r"\[shadow\] .* built in shadow; dbt tests (\d+)/\1 passed", out), out
+    assert "in the same transaction as the marts fct_daily_revenue, dim_customers" in out
+    assert (
+        "[consistent] fct_daily_revenue equals the sum over orders_daily for every day: True" in out
+    )
+    assert "marts equal to their pre-swap rows: True" in out
 
 
 @pytest.mark.slow
@@ -101,6 +108,10 @@ def test_the_demo_on_postgres_tells_the_same_story_on_a_throwaway_server(demo_en
     assert "-> 0;" in out
     assert "[halted]" in out and "[swap] REFUSED" in out
     assert "equal to the pre-swap checksum: True" in out
+    assert (
+        "[consistent] fct_daily_revenue equals the sum over orders_daily for every day: True" in out
+    )
+    assert "marts equal to their pre-swap rows: True" in out
     # The server is stopped when the demo ends.
     port = int(re.search(r"warehouse postgresql://postgres@127\.0\.0\.1:(\d+)/", out).group(1))  # type: ignore[union-attr]
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):

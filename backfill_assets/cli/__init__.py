@@ -510,10 +510,13 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
         )
     # Published with the target by the swap (its rollback restored them): never refreshed.
     published = published_keys(c.instance, plan_id)
-    if text and published:
+    views = {i.asset_key for i in plan.impact if i.kind == "dbt view"}
+    marts = [k for k in published if k not in views]
+    if text and marts:
         print(
             ("restored with " if kind == "rollback" else "published with ")
-            + f"{plan.target} in the same transaction: {', '.join(published)}"
+            + f"{plan.target} in the same transaction: {', '.join(marts)}"
+            + (f" (views reading it: {', '.join(sorted(views & set(published)))})" if views else "")
         )
     if a.no_refresh:
         stale = [k for k in impacted if k not in published]

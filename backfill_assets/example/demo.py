@@ -177,7 +177,11 @@ def _reset_demo_schema(url: str) -> str:
         con.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(DEMO_SCHEMA)))
         if con.execute("SELECT to_regclass('backfill_meta.plan_claims')").fetchone() != (None,):
             for table in ("partition_versions", "shadow_log", "swap_log", "swap_days",
-                          "writer_lease", "plan_claims"):  # fmt: skip
+                          "swap_companions", "writer_lease", "plan_claims"):  # fmt: skip
+                if con.execute(
+                    "SELECT to_regclass(%s)", (f"backfill_meta.{table}",)
+                ).fetchone() == (None,):
+                    continue  # made by a version that did not have it
                 con.execute(
                     sql.SQL("DELETE FROM {} WHERE table_name LIKE %s").format(
                         sql.Identifier("backfill_meta", table)
@@ -209,7 +213,7 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
     from backfill_assets.lib.planning.markdown import render_markdown
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.plans import approve_plan, published_keys
     from backfill_assets.service.refresh import refresh_downstream
     from backfill_assets.service.stale import find_stale
     from backfill_assets.service.status import plan_status, render_status
@@ -320,17 +324,29 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         if not result.success:
             say("[swap] FAILED — see the log")
             return 1
+        say(f"[shadow] {_downstream_gate(result)}")
+        published = published_keys(instance, plan.plan_id)
+        marts = [
+            i.asset_key for i in plan.impact if i.asset_key in published and i.kind != "dbt view"
+        ]
         say(
             f"[swap] {len(plan.partitions)} partitions moved into orders_daily atomically "
-            "(old weeks kept as backup)"
+            f"(old weeks kept as backup), in the same transaction as the marts {', '.join(marts)}"
         )
         with _runs_output_to_log():
             refreshed = refresh_downstream(
-                defs, instance, wh, table, plan, wait_s=30, log_level=QUIET
+                defs, instance, wh, table, plan, wait_s=30, log_level=QUIET, skip=published
             )
         for req, ok in refreshed:
             rng = f" {req.start}..{req.end}" if req.start else " (full refresh)"
             say(f"[refresh] {', '.join(req.asset_keys)}{rng}: {'ok' if ok else 'FAILED'}")
+        consistent = _mart_matches_target(wh, first, yesterday)
+        say(
+            "[consistent] fct_daily_revenue equals the sum over orders_daily for every day: "
+            f"{consistent}"
+        )
+        if not consistent:
+            status = 1
         wrong_after = _wrong_fx_rows(wh, s_start, s_end)
         rev_after = _revenue(wh, s_start, s_end)
         say(
@@ -386,16 +402,19 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
             land_days(defs, instance, bad_day, bad_day, rows_per_day)
         say(f"[fix] {bad_day} re-landed from the source of truth; running the plan again")
         run(plan)
+        marts_before = _marts(wh)
         result = _swap(defs, instance, wh, table, plan, "swap")
-        say(f"[swap] {'done' if result.success else 'FAILED'}")
+        say(f"[swap] {'done' if result.success else 'FAILED'}, with the marts")
         swapped = _checksum(wh, spec, plan.start, plan.end)
         result = _swap(defs, instance, wh, table, plan, "rollback")
         restored = _checksum(wh, spec, plan.start, plan.end)
+        marts_restored = _marts(wh) == marts_before
         say(
             f"[rollback] {'done' if result.success else 'FAILED'}: checksum {swapped} -> "
-            f"{restored}, equal to the pre-swap checksum: {restored == before}"
+            f"{restored}, equal to the pre-swap checksum: {restored == before}; marts equal "
+            f"to their pre-swap rows: {marts_restored}"
         )
-        if restored != before:
+        if restored != before or not marts_restored:
             status = 1
 
     say(SECTION)
@@ -408,6 +427,39 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
     say("  lineage: /asset-groups   gates: /assets/orders_daily__shadow?view=checks")
     say("  plans:   /assets/backfill_plans (Markdown in each partition's metadata)   runs: /runs")
     return status
+
+
+def _downstream_gate(result: Any) -> str:
+    """What the swap's downstream gate said (its evaluation's description)."""
+    for event in result.all_events:
+        data = event.event_specific_data
+        if event.event_type_value == "ASSET_CHECK_EVALUATION" and data.check_name == (
+            "downstream_dbt_tests"
+        ):
+            return str(data.description)
+    return "no downstream dbt models built in shadow"
+
+
+MARTS = ("fct_daily_revenue", "fct_weekly_revenue", "dim_customers")
+
+
+def _marts(wh: Any) -> dict[str, list[tuple]]:
+    """Every row of each dbt mart, sorted."""
+    return {m: sorted(wh.query(f"select * from {m}"), key=repr) for m in MARTS}
+
+
+def _mart_matches_target(wh: Any, start: dt.date, end: dt.date) -> bool:
+    """The cross-table invariant readers rely on: per day, the daily revenue mart equals the
+    live revenue summed over orders_daily."""
+    days = f"order_date between DATE '{start}' and DATE '{end}'"
+    mart = wh.query(
+        f"select order_date, sum(net_revenue_usd) from fct_daily_revenue where {days} group by 1"
+    )
+    target = wh.query(
+        "select order_date, sum(net_revenue_usd) from orders_daily where not is_cancelled and "
+        f"order_id is not null and customer_id is not null and {days} group by 1"
+    )
+    return bool(mart) and dict(mart) == dict(target)
 
 
 def _refusal(result: Any) -> str:
