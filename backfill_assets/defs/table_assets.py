@@ -267,6 +267,7 @@ def table_definitions(
     @dg.asset_check(
         asset=shadow_key,
         name=DOWNSTREAM_CHECK,
+        blocking=True,  # it gates the swap, as the batch gates do
         required_resource_keys=resources | ({downstream.resource_key} if downstream else set()),
         description="The impacted dbt models built in shadow from this shadow, and their dbt "
         "tests run there. The swap evaluates it (and refuses on failure) before it publishes the "
