@@ -302,3 +302,23 @@ def test_without_the_shadow_macros_nothing_is_built_and_the_error_says_what_to_c
             require_shadow_macros(without, ["fct_daily_revenue"])
         assert "backfill_assets/dbt/backfill_assets_shadow.sql" in str(refused.value)
         assert "--no-refresh" in str(refused.value)
+
+
+@pytest.mark.backends("postgres")
+def test_a_swap_the_warehouse_refuses_after_the_shadow_build_leaves_no_shadow_behind(
+    defs, instance, history_with_marts
+):
+    """On PostgreSQL a view over a mart would follow the renamed table into its backup, so the
+    publish refuses; the models just built in shadow are dropped with the refusal."""
+    wh = history_with_marts
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    execute(defs, instance, wh, plan)
+    wh.execute("create view revenue_report as select * from fct_daily_revenue")
+    before = _state(wh)
+
+    swap = swap_or_rollback(defs, instance, wh, plan.plan_id)
+    assert not swap.success
+    assert "revenue_report" in refused_message(swap)
+    assert _state(wh) == before
+    assert _leftovers(wh) == []
+    assert load_plan(instance, plan.plan_id)[1] == PlanStatus.APPROVED

@@ -57,6 +57,7 @@ from backfill_assets.service.downstream import (
     build_in_shadow,
     classify,
     discard,
+    drop_shadows,
 )
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
 from backfill_assets.service.lease import (
@@ -331,7 +332,12 @@ def table_definitions(
             )
             if build is not None:
                 context.log_event(build.evaluation(spec.shadow_name))  # type: ignore[arg-type]
-        result = perform_swap(context.instance, table, wh, config.plan_id, build)
+        try:
+            result = perform_swap(context.instance, table, wh, config.plan_id, build)
+        except Exception:
+            if build is not None:  # refused or failed: the models built in shadow go too
+                drop_shadows(wh, build)
+            raise
         versions = recorded_code_versions(context.instance, config.plan_id, "in")
         rows = wh.table_rows(spec)
         for event in swap_materializations(table, result, "swap", rows, versions):
@@ -357,7 +363,7 @@ def table_definitions(
         rows = wh.table_rows(spec)
         for event in swap_materializations(table, result, "rollback", rows, versions):
             context.log_event(event)
-        if result.partitions:  # not when it was already rollbacked
+        if result.partitions:  # not when it was already rolled back
             for event in published_materializations(context.instance, config.plan_id, "rollback"):
                 context.log_event(event)
         context.log.info(

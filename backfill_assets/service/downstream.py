@@ -240,6 +240,12 @@ def discard(wh: Warehouse, table: BackfillableTable, downstream: Downstream) -> 
     )
 
 
+def drop_shadows(wh: Warehouse, build: ShadowBuild) -> None:
+    """Drop the shadow tables of a build the swap did not publish (once published, they no
+    longer exist under their shadow names: nothing is dropped)."""
+    _drop(wh, [], [c.shadow for c in build.companions])
+
+
 def overlay_name(table: BackfillableTable) -> str:
     return validate_ident(f"{table.spec.name[:50]}{OVERLAY_SUFFIX}", "overlay view")
 
