@@ -55,8 +55,6 @@ from backfill_assets.service.batch_driver import drive, follow_swaps
 from backfill_assets.service.downstream import (
     DbtDownstream,
     build_in_shadow,
-    classify,
-    discard,
     drop_shadows,
 )
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
@@ -265,11 +263,14 @@ def table_definitions(
         f"every gate per partition (blocking). Needs the tag {PLAN_ID_TAG} of the approved plan.",
     )
 
+    # The swap and the downstream gate run dbt through the code location's DbtCliResource.
+    swap_resources = resources | ({downstream.resource_key} if downstream else set())
+
     @dg.asset_check(
         asset=shadow_key,
         name=DOWNSTREAM_CHECK,
         blocking=True,  # it gates the swap, as the batch gates do
-        required_resource_keys=resources | ({downstream.resource_key} if downstream else set()),
+        required_resource_keys=swap_resources,
         description="The impacted dbt models built in shadow from this shadow, and their dbt "
         "tests run there. The swap evaluates it (and refuses on failure) before it publishes the "
         "target with those models; executing it here builds and tests them for the plan that "
@@ -298,7 +299,7 @@ def table_definitions(
             _warehouse(context).url,
             context.log.info,
         )
-        discard(wh, table, classify(plan, graph))
+        drop_shadows(wh, build)  # a dry run: the rest was dropped by the build itself
         ev = build.evaluation(spec.shadow_name)
         return dg.AssetCheckResult(
             passed=ev.passed,
@@ -309,7 +310,7 @@ def table_definitions(
 
     @dg.op(
         name=swap_op(spec.name),
-        required_resource_keys=resources | ({downstream.resource_key} if downstream else set()),
+        required_resource_keys=swap_resources,
         description=f"Swap a validated plan's shadow partitions into {spec.name} atomically, "
         "keeping the replaced rows as a backup; with downstream dbt models declared, build them "
         "in shadow first, gate them on their dbt tests, and publish them in the same transaction.",

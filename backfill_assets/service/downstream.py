@@ -85,12 +85,8 @@ class Downstream:
 
     rebuilt: tuple[DbtModel, ...]  # dbt tables: built in shadow, published with the target
     views: tuple[DbtModel, ...]  # dbt views: follow the target; shadow views only for the build
-    flagged: tuple[str, ...]  # anything else: refreshed (or flagged) after the swap
     manifest: Mapping[str, Any] | None = None
-
-    @property
-    def keys(self) -> set[str]:
-        return {m.asset_key for m in (*self.rebuilt, *self.views)}
+    # Anything else in the impact set is left to the refresh after the swap (or flagged).
 
 
 @dataclass(frozen=True)
@@ -169,11 +165,10 @@ class ShadowBuild:
 
 
 def classify(plan: BackfillPlan, graph: Any) -> Downstream:
-    """Which of the plan's impacted assets are dbt tables (rebuilt in shadow), dbt views, and
-    anything else (flagged)."""
+    """Which of the plan's impacted assets are dbt tables (rebuilt in shadow) and dbt views;
+    the rest is not the shadow build's."""
     rebuilt: list[DbtModel] = []
     views: list[DbtModel] = []
-    flagged: list[str] = []
     manifest: Mapping[str, Any] | None = None
     for item in plan.impact:
         key = dg.AssetKey.from_user_string(item.asset_key)
@@ -182,7 +177,6 @@ def classify(plan: BackfillPlan, graph: Any) -> Downstream:
         nodes = wrapper.manifest["nodes"] if wrapper is not None else {}
         node = nodes.get(unique_id) if unique_id else None
         if wrapper is None or node is None or node.get("resource_type") != "model":
-            flagged.append(item.asset_key)
             continue
         manifest = manifest or wrapper.manifest
         model = DbtModel(
@@ -195,9 +189,7 @@ def classify(plan: BackfillPlan, graph: Any) -> Downstream:
             rebuilt.append(model)
         elif model.materialized == "view":
             views.append(model)
-        else:
-            flagged.append(item.asset_key)
-    return Downstream(tuple(rebuilt), tuple(views), tuple(flagged), manifest)
+    return Downstream(tuple(rebuilt), tuple(views), manifest)
 
 
 def require_shadow_macros(manifest: Mapping[str, Any], models: Iterable[str]) -> None:
