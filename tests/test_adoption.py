@@ -136,7 +136,7 @@ def test_an_unset_warehouse_says_what_to_set_without_a_stack_trace(home, tmp_pat
     env.update({"DAGSTER_HOME": str(home), "PYTHONWARNINGS": "ignore"})
     exe = Path(sys.executable).with_name("backfill-assets")
     done = subprocess.run(
-        [str(exe), "list"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300
+        [str(exe), "doctor"], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 2, done.stderr
     assert f"Set {WAREHOUSE_ENV} to the warehouse: a DuckDB file path or a postgresql://" in (

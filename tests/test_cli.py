@@ -236,19 +236,24 @@ def test_the_launchpad_planning_job_records_a_proposed_plan_with_markdown(
 
 
 def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_paused(
-    defs, instance, history, capsys, monkeypatch
+    defs, instance, history, capsys, monkeypatch, tmp_path
 ):
     import backfill_assets.cli as cli
     from tests.conftest import NOW, make_plan
 
     monkeypatch.setattr(cli, "_now", lambda: NOW)
     plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")
-    assert main(["start", plan.plan_id]) == 0
+    # start, pause and list work on the instance alone: they do not import the code location
+    # (seconds, with dbt), so a location that cannot even be found does not stop them.
+    nowhere = ["-f", str(tmp_path / "no_such_definitions.py")]
+    assert main([*nowhere, "start", plan.plan_id]) == 0
     assert "the batch driver launches its next batch" in capsys.readouterr().out
+    assert main([*nowhere, "list"]) == 0
+    assert f"{plan.plan_id}  orders_daily" in capsys.readouterr().out
     assert main(["run", plan.plan_id]) == 2
     assert "being driven by the daemon" in capsys.readouterr().err
     assert instance.get_runs() == [] or all(
         "backfill_assets/batch" not in r.tags for r in instance.get_runs()
     )
-    assert main(["pause", plan.plan_id]) == 0
+    assert main([*nowhere, "pause", plan.plan_id]) == 0
     assert main(["run", plan.plan_id]) == 0

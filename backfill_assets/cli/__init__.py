@@ -4,6 +4,7 @@ abandon and doctor, on any code location.
 Thin: parse arguments, load the code location and the instance, call service/. The tables come
 from the loaded definitions (their target assets carry them), the warehouse from its
 `backfill_warehouse` resource, and every command finds its table from the plan or the target.
+`list`, `start` and `pause` work on the instance alone and do not import the code location.
 
 Exit codes: 0 done; 1 a gate failed and the plan is halted; 2 refused or invalid input (nothing
 was written); 3 the swap or rollback is done but the downstream refresh failed.
@@ -15,6 +16,7 @@ import argparse
 import contextlib
 import datetime as dt
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator
@@ -50,6 +52,20 @@ class Context:
     wait_s: float
 
 
+def _instance() -> dg.DagsterInstance:
+    """The instance in DAGSTER_HOME, for the commands that read and record plans only (`list`,
+    `start`, `pause`): they do not import the code location, which takes seconds (a dbt project
+    brings dbt with it)."""
+    import dagster as dg
+
+    if not os.environ.get("DAGSTER_HOME"):
+        raise BackfillError(
+            "DAGSTER_HOME is not set: point it at the folder of the Dagster instance your "
+            "deployment uses (the one with dagster.yaml)"
+        )
+    return dg.DagsterInstance.get()
+
+
 def _context(a: argparse.Namespace) -> Context:
     import dagster as dg
 
@@ -58,11 +74,7 @@ def _context(a: argparse.Namespace) -> Context:
     from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
     from backfill_assets.service.tables import backfill_tables, refuse_bad_daily_jobs
 
-    if not os.environ.get("DAGSTER_HOME"):
-        raise BackfillError(
-            "DAGSTER_HOME is not set: point it at the folder of the Dagster instance your "
-            "deployment uses (the one with dagster.yaml)"
-        )
+    instance = _instance()
     spec = resolve_spec(
         module=a.module_name,
         file=a.python_file,
@@ -84,12 +96,14 @@ def _context(a: argparse.Namespace) -> Context:
         raise BackfillError(f"{spec.describe()} has no {WAREHOUSE_RESOURCE_KEY} resource")
     wait_s = lock_timeout_from(os.environ.get(LOCK_TIMEOUT_ENV))
     try:
-        wh = resource.process_config_and_initialize().adapter()
+        # With this instance: initializing it alone builds an ephemeral one (a few 100 ms).
+        with dg.build_resources({"warehouse": resource}, instance=instance) as initialized:
+            wh = initialized.warehouse.adapter()
     except dg.DagsterInvalidConfigError as e:
         raise BackfillError(
             f"the {WAREHOUSE_RESOURCE_KEY} resource is misconfigured: {_config_problem(e)}"
         ) from None
-    return Context(defs, tables, dg.DagsterInstance.get(), wh, wait_s)
+    return Context(defs, tables, instance, wh, wait_s)
 
 
 def _config_problem(e: Any) -> str:
@@ -100,10 +114,15 @@ def _config_problem(e: Any) -> str:
     parts = []
     for err in getattr(e, "errors", None) or [e]:
         text = str(getattr(err, "message", err)).split("Stack Trace:")[0]
+        # "Post processing at path root:...:url of original value {...} failed: dagster._config.
+        # errors.PostProcessingError: <what is wrong>": only what is wrong.
+        text = re.sub(r"^Post processing at path .*? failed:\s+[\w.]+Error: ", "", text.strip())
         parts.append(" ".join(text.split()))
     out = "; ".join(parts)
     if f'environment variable "{WAREHOUSE_ENV}" which is not set' in out:
-        out += f". Set {WAREHOUSE_ENV} to the warehouse: a DuckDB file path or a postgresql:// URL"
+        out = out.rstrip(".") + (
+            f". Set {WAREHOUSE_ENV} to the warehouse: a DuckDB file path or a postgresql:// URL"
+        )
     return out
 
 
@@ -379,16 +398,14 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_start(a: argparse.Namespace) -> int:
     from backfill_assets.service.batch_driver import start_plan
 
-    c = _context(a)
-    print(start_plan(c.instance, _plan_id_arg(a.plan), _who(a), _now()))
+    print(start_plan(_instance(), _plan_id_arg(a.plan), _who(a), _now()))
     return EXIT_OK
 
 
 def cmd_pause(a: argparse.Namespace) -> int:
     from backfill_assets.service.batch_driver import pause_plan
 
-    c = _context(a)
-    print(pause_plan(c.instance, _plan_id_arg(a.plan), _who(a)))
+    print(pause_plan(_instance(), _plan_id_arg(a.plan), _who(a)))
     return EXIT_OK
 
 
@@ -406,10 +423,9 @@ def cmd_list(a: argparse.Namespace) -> int:
     from backfill_assets.cli.output import PlanEntry, PlanList, dump
     from backfill_assets.service.plans import plan_statuses
 
-    c = _context(a)
     rows = [
         {"plan_id": pid, "target": target, "status": str(status)}
-        for pid, (target, status) in sorted(plan_statuses(c.instance).items())
+        for pid, (target, status) in sorted(plan_statuses(_instance()).items())
         if a.target is None or target == a.target
     ]
     if a.format == "json":
