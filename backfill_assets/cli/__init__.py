@@ -526,7 +526,7 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
         )
     # Published with the target by the swap (its rollback restored them): never refreshed.
     published = published_keys(c.instance, plan_id)
-    views = {i.asset_key for i in plan.impact if i.kind == "dbt view"}
+    views = {i.asset_key for i in plan.impact if i.at_swap == "view"}
     marts = [k for k in published if k not in views]
     if text and marts:
         print(

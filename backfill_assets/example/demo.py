@@ -326,9 +326,8 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
             return 1
         say(f"[shadow] {_downstream_gate(result)}")
         published = published_keys(instance, plan.plan_id)
-        marts = [
-            i.asset_key for i in plan.impact if i.asset_key in published and i.kind != "dbt view"
-        ]
+        marts = [i.asset_key for i in plan.impact if i.at_swap == "published"]
+        marts = [k for k in marts if k in published]
         say(
             f"[swap] {len(plan.partitions)} partitions moved into orders_daily atomically "
             f"(old weeks kept as backup), in the same transaction as the marts {', '.join(marts)}"

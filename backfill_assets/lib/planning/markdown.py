@@ -161,8 +161,8 @@ def _impact(impact: tuple[ImpactedAsset, ...]) -> list[str]:
             parts = ", ".join(a.partitions) or "none"
         else:
             parts = f"{len(a.partitions)} ({a.partitions[0]}..{a.partitions[-1]})"
-        rows.append(f"| `{a.asset_key}` | {a.kind} | {parts} | {_at_swap(a.kind)} |")
-    if any(_at_swap(a.kind) == PUBLISHED for a in impact):
+        rows.append(f"| `{a.asset_key}` | {a.kind} | {parts} | {AT_SWAP[a.at_swap]} |")
+    if any(a.at_swap == "published" for a in impact):
         rows += [
             "",
             "The swap builds the models marked *rebuilt in shadow* from the validated shadow of "
@@ -174,16 +174,12 @@ def _impact(impact: tuple[ImpactedAsset, ...]) -> list[str]:
     return rows
 
 
-PUBLISHED = "rebuilt in shadow, tested, published with the target"
-
-
-def _at_swap(kind: str) -> str:
-    """What the swap does with an impacted asset of this kind (see lib.planning.impact)."""
-    if kind in ("dbt table", "dbt incremental"):
-        return PUBLISHED
-    if kind == "dbt view":
-        return "a view: reads the target, published with it"
-    return "refreshed after the swap; flagged stale until then"
+# What the swap does with an impacted asset, by ImpactedAsset.at_swap.
+AT_SWAP = {
+    "published": "rebuilt in shadow, tested, published with the target",
+    "view": "a view: reads the target, published with it",
+    "refreshed": "refreshed after the swap; flagged stale until then",
+}
 
 
 def _batch_row(b: Batch, tz: ZoneInfo) -> str:

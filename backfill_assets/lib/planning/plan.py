@@ -107,7 +107,17 @@ class ImpactedAsset:
 
     asset_key: str  # Dagster slash-joined key, e.g. "fct_weekly_revenue"
     partitions: tuple[str, ...] | Literal["all"]  # affected keys, or "all" = full refresh
-    kind: str = "asset"  # e.g. "dbt", "asset"
+    kind: str = "asset"  # "asset", "dbt"; "dbt table" etc. when published (lib.planning.impact)
+
+    @property
+    def at_swap(self) -> Literal["published", "view", "refreshed"]:
+        """What the swap does with it: a dbt table or incremental model of a table that declares
+        downstream_dbt is rebuilt in shadow and published with the target; a dbt view of one
+        reads the target (its shadow view exists for the build only); anything else is
+        refreshed after the swap."""
+        if self.kind in ("dbt table", "dbt incremental"):
+            return "published"
+        return "view" if self.kind == "dbt view" else "refreshed"
 
     @classmethod
     def built(
