@@ -67,6 +67,8 @@ class Size:
     # and the driver sensor's ticks per instance and round.
     driver_past_plans: int = 1_000
     driver_ticks: int = 10
+    # cli: rounds at least (each round runs every command in a fresh process: seconds each).
+    cli_rounds_min: int = 3
 
     @property
     def start(self) -> dt.date:
@@ -103,6 +105,7 @@ SIZES: dict[str, Size] = {
         reader_query_reps=3,
         driver_past_plans=20,
         driver_ticks=3,
+        cli_rounds_min=1,
     ),
     "default": Size(
         name="default",

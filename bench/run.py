@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import driver, gates, planning, postgres, readers, safety_overhead, swap_scaling
+from bench import cli, driver, gates, planning, postgres, readers, safety_overhead, swap_scaling
 from bench.config import DEFAULT_OUT, NOT_YET_MEASURED, SIZES, BenchContext
 from bench.data import Templates
 from bench.load import OTHERS_LIMIT_CORES, QUIET_WAIT_MAX_S, LoadMonitor, agree
@@ -38,6 +38,7 @@ MEASURES: dict[str, Measure] = {
     "planning": lambda ctx, _templates: planning.run(ctx),
     "readers": lambda ctx, _templates: readers.run(ctx),
     "driver": lambda ctx, _templates: driver.run(ctx),
+    "cli": lambda ctx, _templates: cli.run(ctx),
     "postgres": postgres.run,
 }
 

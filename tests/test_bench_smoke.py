@@ -30,6 +30,7 @@ MEASURES = (
     "planning",
     "readers",
     "driver",
+    "cli",
     "postgres",
 )
 PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
@@ -99,6 +100,11 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     }
     driver = doc["driver"]["results"]
     assert driver["past_plans"] == 20 and driver["tick_ms_with_past_plans"] > 0
+    cli = doc["cli"]["results"]
+    assert set(cli["seconds"]) == {
+        "import location", "open instance", "plan", "approve", "status", "list"
+    }  # fmt: skip
+    assert all(v > 0 for v in cli["seconds"].values())
     assert doc["machine"]["nproc"] >= 1
     assert_load_recorded(doc)
     # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
@@ -120,6 +126,7 @@ TIMED_PARTS = (
     ("planning",),
     ("readers",),
     ("driver",),
+    ("cli",),
     ("postgres", "backfill"),
     ("postgres", "swap"),
     ("postgres", "blocked_readers"),
@@ -137,6 +144,7 @@ ISSUE_GOALS = {
     "gates": [("gate time / shadow write time per batch", "<= 20%")],
     "planning": [("plan ", "<= 0.5")],
     "driver": [("driver tick ms with ", "<= 200")],
+    "cli": [("cli plan s", "<= 1.5"), ("cli approve s", "<= 1.5"), ("cli status s", "<= 1.5")],
 }
 
 
