@@ -47,3 +47,18 @@ def test_shadow_asset_carries_every_gate_as_a_blocking_partitioned_check(defs):
     assert set(specs) == set(GATE_NAMES)
     assert all(s.blocking for s in specs.values())
     assert all(s.partitions_def is not None for s in specs.values())
+
+
+def test_no_op_or_check_of_the_framework_loads_an_input_from_an_io_manager(defs):
+    # Dagster finds a function's context by its parameter's name; the downstream check's was
+    # named otherwise, so Dagster made it an input loaded from the shadow's IO manager, and
+    # executing the check from the UI failed before it ran. Every input of the framework's ops
+    # and checks is an ordering dependency (Nothing), never a value to load.
+    from backfill_assets.example.declaration import ORDERS
+
+    nodes = [c.node_def for c in defs.asset_checks or []]
+    nodes += [n.definition for j in defs.resolve_all_job_defs() for n in j.graph.node_dict.values()]
+    ours = [n for n in nodes if ORDERS.spec.name in n.name]  # its shadow's, swap's, rollback's
+    assert len(ours) >= 4, [n.name for n in nodes]
+    loaded = {(n.name, i.name) for n in ours for i in n.input_defs if not i.dagster_type.is_nothing}
+    assert loaded == set()

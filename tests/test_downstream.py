@@ -32,6 +32,7 @@ from backfill_assets.lib.warehouse.base import companion_backup
 from backfill_assets.service.downstream import SHADOW_SUFFIX, DbtDownstream
 from backfill_assets.service.plans import load_plan, published_keys
 from backfill_assets.service.refresh import refresh_requests
+from backfill_assets.service.runs import IN_PROCESS_LOCATION, local_process_tags
 from backfill_assets.service.swap import perform_swap, prepare_downstream
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.helpers import execute, refused_message, swap_or_rollback
@@ -247,10 +248,19 @@ def test_a_failing_dbt_test_in_shadow_halts_before_the_swap_and_changes_nothing(
 
 def test_readers_never_see_the_new_target_next_to_the_old_marts(defs, instance, history_with_marts):
     """On DuckDB, around the publish: the shadow build first (dbt opens the file in its own
-    process), then the reader loop in this process while the swap publishes."""
+    process), then the reader loop in this process while the swap publishes. Before that, the
+    `downstream_dbt_tests` check executed on its own, as its Execute button in the UI runs it:
+    a dry run that builds, tests and drops, and changes nothing else."""
     wh = history_with_marts
     plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
     execute(defs, instance, wh, plan)
+    before = _state(wh)
+    dry = _execute_check(defs, instance)
+    assert dry.success
+    (result,) = dry.get_asset_check_evaluations()
+    assert result.passed and result.metadata["dbt_tests"].value > 10, result  # type: ignore[operator]
+    assert _state(wh) == before and _leftovers(wh) == []
+    assert load_plan(instance, plan.plan_id)[1] == PlanStatus.APPROVED
     build = prepare_downstream(
         instance,
         ORDERS,
@@ -266,6 +276,22 @@ def test_readers_never_see_the_new_target_next_to_the_old_marts(defs, instance, 
     assert all(c.shadow.endswith(SHADOW_SUFFIX) for c in build.companions)
     with _reading("embedded", wh):
         perform_swap(instance, ORDERS, wh, plan.plan_id, build)
+
+
+def _execute_check(defs: dg.Definitions, instance: Any) -> dg.ExecuteInProcessResult:
+    """The `downstream_dbt_tests` check alone, in a run of the asset job that selects only it
+    (what the UI launches for a check's Execute button)."""
+    key = dg.AssetCheckKey(dg.AssetKey(ORDERS.spec.shadow_name), DOWNSTREAM_CHECK)
+    job = defs.resolve_implicit_global_asset_job_def().get_subset(
+        asset_selection=set(), asset_check_selection={key}
+    )
+    token = IN_PROCESS_LOCATION.set(defs)
+    try:
+        return job.execute_in_process(
+            instance=instance, tags=local_process_tags(), raise_on_error=False
+        )
+    finally:
+        IN_PROCESS_LOCATION.reset(token)
 
 
 def _config(defs: dg.Definitions) -> DbtDownstream:

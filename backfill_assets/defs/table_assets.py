@@ -276,9 +276,11 @@ def table_definitions(
         "target with those models; executing it here builds and tests them for the plan that "
         "holds the table, then drops what it built.",
     )
-    def downstream_check(check_context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
-        context = check_context.op_execution_context
-        wh = _warehouse(context).adapter()
+    def downstream_check(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        # Dagster finds the context by the parameter's name: any other name makes it an input,
+        # loaded from the shadow asset's IO manager, and the check failed before it ran.
+        op = context.op_execution_context
+        wh = _warehouse(op).adapter()
         plan_id = wh.active_plan(spec.name)
         if plan_id is None or downstream is None:
             return dg.AssetCheckResult(
@@ -286,18 +288,18 @@ def table_definitions(
                 description="nothing to check: "
                 + ("no plan holds the table" if downstream else "no downstream_dbt declared"),
             )
-        _claim(context, wh, table, ROLE_SWAP, plan_id)
-        plan, _ = load_plan(context.instance, plan_id)
-        graph = code_location(context)
+        _claim(op, wh, table, ROLE_SWAP, plan_id)
+        plan, _ = load_plan(op.instance, plan_id)
+        graph = code_location(op)
         build = build_in_shadow(
             plan,
             table,
             graph,
             wh,
-            getattr(context.resources, downstream.resource_key),
+            getattr(op.resources, downstream.resource_key),
             downstream,
-            _warehouse(context).url,
-            context.log.info,
+            _warehouse(op).url,
+            op.log.info,
         )
         drop_shadows(wh, build)  # a dry run: the rest was dropped by the build itself
         ev = build.evaluation(spec.shadow_name)
