@@ -1,5 +1,8 @@
 """Downstream published with the target, or not at all (the swap with `downstream_dbt`).
 
+The first test is also the whole story of a backfill: plan, batches, gates, the swap with its
+marts, then the rollback restoring everything row for row.
+
 The example declares `downstream_dbt`, so its swap builds the impacted dbt tables
 (fct_daily_revenue, fct_weekly_revenue, dim_customers) in shadow from an overlay of the
 target's validated shadow, runs their dbt tests there (the `downstream_dbt_tests` gate), and
@@ -70,6 +73,15 @@ INVARIANT = (
     "(select coalesce(sum(net_revenue_usd), 0) from orders_daily "
     "where " + LIVE_REVENUE + " and order_date between DATE '{s}' and DATE '{e}')"
 )
+
+
+def _wrong_fx(wh: Any) -> int:
+    """Orders of the plan's range whose FX rate is not the reference rate (the v1 bug)."""
+    return wh.query(
+        "select count(*) from orders_daily o join fx_rates r on r.currency = o.currency "
+        "where o.fx_rate <> r.rate_to_usd::decimal(12, 6) and o.order_date between $s and $e",
+        {"s": START, "e": END},
+    )[0][0]
 
 
 def _invariant(con_query: Any) -> tuple[Any, Any]:
@@ -144,6 +156,8 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     assert "| `stg_orders` | dbt view | all (full refresh) | a view: reads the target" in markdown
     assert "`swap --no-refresh` publishes the target alone" in markdown
     assert [r.status for r in execute(defs, instance, wh, plan)] == ["passed", "passed"]
+    assert _state(wh) == before  # the batches write the shadow only
+    checksums = wh.checksums(ORDERS.spec, HISTORY_START, HISTORY_END + dt.timedelta(days=1))
 
     # On PostgreSQL a reader loop runs through the whole swap job, dbt build included: readers
     # never see the new target next to the old marts. (DuckDB lets one process open the file,
@@ -154,6 +168,19 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     assert swap.success, refused_message(swap)
     after = _state(wh)
     assert after["orders_daily"] != before["orders_daily"]
+    # Only the plan's days changed, and no order is left with a wrong FX rate in them.
+    now = wh.checksums(ORDERS.spec, HISTORY_START, HISTORY_END + dt.timedelta(days=1))
+    changed = {d for d in checksums if checksums[d] != now[d]}
+    assert changed and all(START <= d <= END for d in changed)
+    assert _wrong_fx(wh) == 0
+    # The swap run recorded one materialization of the target per partition, with checksums.
+    target_mats = [
+        e.event_specific_data.materialization  # type: ignore[union-attr]
+        for e in swap.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION" and e.asset_key == dg.AssetKey(ORDERS.key)
+    ]
+    assert len(target_mats) == len(plan.partitions)
+    assert {"rows_in", "rows_out", "checksum_in", "checksum_out"} <= set(target_mats[0].metadata)
     assert after["fct_daily_revenue"] != before["fct_daily_revenue"]
     mart, target = _invariant(wh.query)
     assert mart == target  # the marts were published with the fixed target
