@@ -42,26 +42,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 BACKENDS = ("embedded", "postgres")
 
 
-# The longest files first (`make test` hands out whole files to two workers, in this order):
-# in file-name order the browser tests came last and ran for minutes on one worker while the
-# other had nothing left to do. Measured per file (seconds of test time, 2026-12-01): ui 214,
-# e2e/test_daemon 214, test_demo 185, test_downstream 189, reliability/test_writers 157,
-# test_adoption 152; the rest follow in file-name order and fill in.
-LONGEST_FIRST = (
-    "tests/ui/test_dagster_ui.py",
-    "tests/e2e/test_daemon.py",
-    "tests/test_demo.py",
-    "tests/test_downstream.py",
-    "tests/reliability/test_writers.py",
-    "tests/test_adoption.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marker = metafunc.definition.get_closest_marker("backends")
     if marker is not None and "backend" in metafunc.fixturenames:
