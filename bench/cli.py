@@ -9,7 +9,7 @@ same rounds, what such a command cannot avoid:
   Definitions (the example imports dagster-dbt, which imports dbt). Every command that needs the
   tables or the asset graph (`plan`, `approve`, `status`, `run`, `swap`, ...) pays it first;
 - `open instance`: a fresh interpreter importing Dagster and opening the instance, which is all
-  `list`, `start` and `pause` need.
+  `list` and `pause` need.
 
 A round plans a new week, approves the plan file, asks its status and lists the plans (timed),
 then abandons the plan (untimed), so the next round's approval finds the table free.

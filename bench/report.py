@@ -507,7 +507,7 @@ def _cli(r: dict[str, Any]) -> list[str]:
         f"{r['history_days']} days of orders_daily. `import location` and `open instance` are "
         "what a command pays before its own work: a fresh interpreter importing the example's "
         "definitions (Dagster, dagster-dbt and dbt), or only Dagster and the instance (`list`, "
-        "`start`, `pause`).",
+        "`pause`).",
         "",
         *_table(["command", "s (median)", "beyond import location s", "goal"], rows, right_from=1),
         *_part_load(r),

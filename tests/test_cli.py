@@ -243,10 +243,13 @@ def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_pa
 
     monkeypatch.setattr(cli, "_now", lambda: NOW)
     plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")
-    # start, pause and list work on the instance alone: they do not import the code location
-    # (seconds, with dbt), so a location that cannot even be found does not stop them.
+    # pause and list work on the instance alone: they do not import the code location (seconds,
+    # with dbt), so a location that cannot even be found does not stop them. start does: it
+    # hands the plan to the daemon, so it checks the location's daily jobs first.
     nowhere = ["-f", str(tmp_path / "no_such_definitions.py")]
-    assert main([*nowhere, "start", plan.plan_id]) == 0
+    assert main([*nowhere, "start", plan.plan_id]) == 2
+    assert "no_such_definitions.py" in capsys.readouterr().err
+    assert main(["start", plan.plan_id]) == 0
     assert "the batch driver launches its next batch" in capsys.readouterr().out
     assert main([*nowhere, "list"]) == 0
     assert f"{plan.plan_id}  orders_daily" in capsys.readouterr().out

@@ -4,7 +4,9 @@ abandon and doctor, on any code location.
 Thin: parse arguments, load the code location and the instance, call service/. The tables come
 from the loaded definitions (their target assets carry them), the warehouse from its
 `backfill_warehouse` resource, and every command finds its table from the plan or the target.
-`list`, `start` and `pause` work on the instance alone and do not import the code location.
+`list` and `pause` work on the instance alone and do not import the code location. `start` does:
+it hands a plan to the daemon, so it refuses a code location whose daily job the guards could not
+find, as `plan`, `approve` and `run` do.
 
 Exit codes: 0 done; 1 a gate failed and the plan is halted; 2 refused or invalid input (nothing
 was written); 3 the swap or rollback is done but the downstream refresh failed.
@@ -54,8 +56,8 @@ class Context:
 
 def _instance() -> dg.DagsterInstance:
     """The instance in DAGSTER_HOME, for the commands that read and record plans only (`list`,
-    `start`, `pause`): they do not import the code location, which takes seconds (a dbt project
-    brings dbt with it)."""
+    `pause`): they do not import the code location, which takes seconds (a dbt project brings
+    dbt with it)."""
     import dagster as dg
 
     if not os.environ.get("DAGSTER_HOME"):
@@ -398,7 +400,10 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_start(a: argparse.Namespace) -> int:
     from backfill_assets.service.batch_driver import start_plan
 
-    print(start_plan(_instance(), _plan_id_arg(a.plan), _who(a), _now()))
+    # The code location too: its daily jobs are checked (refuse_bad_daily_jobs) before the
+    # daemon may launch batches that the guards keep clear of them by name.
+    c = _context(a)
+    print(start_plan(c.instance, _plan_id_arg(a.plan), _who(a), _now()))
     return EXIT_OK
 
 
