@@ -58,7 +58,8 @@ def daily_job_problems(repository: Any, tables: dict[str, BackfillableTable]) ->
     """Tables whose declared daily job is not a job of the code location that writes them.
 
     The daily job is how every guard finds the daily runs (by name): a typo there would let
-    batches run beside the real daily run, so a plan, a run and the driver refuse it.
+    batches run beside the real daily run, so every CLI command that loads the code location
+    refuses it (`refuse_bad_daily_jobs`). The UI's jobs and the driver sensor do not check it.
 
     Args:
         repository: `Definitions` or a `RepositoryDefinition` (a sensor's, a run's).
