@@ -89,6 +89,27 @@ def test_inside_the_window_the_driver_requests_batch_one_with_plan_batch_and_ran
     assert req.tags[PARTITION_RANGE_END_TAG] == "2026-01-04"
 
 
+def test_a_daily_job_the_code_location_does_not_have_launches_nothing_and_says_why(
+    defs, instance, plan
+):
+    # A plan approved and started from the UI never met the CLI's check of the daily job; the
+    # guards find the daily runs by that name, so with a typo batches could run beside them.
+    from dataclasses import replace
+
+    typo = replace(ORDERS, daily_job="orders_daly_job")
+    driver = next(
+        s
+        for s in table_definitions(typo, clock=lambda: INSIDE).sensors or []
+        if s.name == DRIVER_SENSOR
+    )
+    result = driver.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+    assert not result.run_requests
+    assert "names 'orders_daly_job' as its daily job, but the code location has no such job" in (
+        result.skip_message or ""
+    )
+    assert tick(defs, instance, INSIDE).run_requests  # the declared job: batch 1 is due
+
+
 def test_outside_the_window_the_tick_skips_and_records_why(defs, instance, plan):
     result = tick(defs, instance, OUTSIDE)
     assert not result.run_requests

@@ -74,7 +74,7 @@ from backfill_assets.service.swap import (
     recorded_code_versions,
     swap_materializations,
 )
-from backfill_assets.service.tables import backfill_tables
+from backfill_assets.service.tables import backfill_tables, daily_job_problems
 from backfill_assets.service.writes import write_partitions
 
 DRIVER_INTERVAL_SECONDS = 15
@@ -401,6 +401,16 @@ def table_definitions(
         "the daily slot. The skip reason of each tick says why nothing launched.",
     )
     def batch_driver(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        # The guards find the daily runs by the daily job's name: with a job the code location
+        # does not have (or one that does not write the table), batches could run beside the
+        # real daily run. The CLI refuses it when it loads the location; a plan approved and
+        # started from the UI meets it here.
+        repo = context.repository_def
+        problems = daily_job_problems(repo, {table.key: table}) if repo is not None else []
+        if problems:
+            reason = "launching nothing: " + "; ".join(problems)
+            context.log.warning(reason)
+            return dg.SensorResult(run_requests=[], skip_reason=reason)
         requests, reasons = drive(context.instance, table, clock())
         for reason in reasons:
             context.log.info(reason)
