@@ -34,7 +34,7 @@ import dagster as dg
 
 from backfill_assets.constants import DOWNSTREAM_CHECK
 from backfill_assets.errors import BackfillError, SwapRefused
-from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.planning.plan import PUBLISHED_MATERIALIZATIONS, BackfillPlan
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Companion, Warehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
@@ -44,7 +44,6 @@ OVERLAY_SUFFIX = "__bf_overlay"
 SHADOW_VAR = "backfill_assets_shadow"
 MANIFEST_KEY = "dagster_dbt/manifest"
 UNIQUE_ID_KEY = "dagster_dbt/unique_id"
-PUBLISHED = ("table", "incremental")
 MACRO_FILE = "backfill_assets/dbt/backfill_assets_shadow.sql"
 
 
@@ -185,7 +184,7 @@ def classify(plan: BackfillPlan, graph: Any) -> Downstream:
             node.get("alias") or node["name"],
             str(node.get("config", {}).get("materialized", "")),
         )
-        if model.materialized in PUBLISHED:
+        if model.materialized in PUBLISHED_MATERIALIZATIONS:
             rebuilt.append(model)
         elif model.materialized == "view":
             views.append(model)

@@ -37,6 +37,9 @@ from backfill_assets.lib.planning.batches import week_spans
 from backfill_assets.lib.planning.criteria import Criteria
 
 ROLLBACK_STRATEGIES = ("backup",)
+# The dbt materializations a swap rebuilds in shadow and publishes with the target (a view reads
+# the target by name and follows it; anything else is refreshed after the swap).
+PUBLISHED_MATERIALIZATIONS = ("table", "incremental")
 # A plan file is a few hundred KiB at most (a year of daily partitions); refuse anything far
 # larger before parsing it.
 MAX_PLAN_BYTES = 8 * 1024 * 1024
@@ -115,7 +118,7 @@ class ImpactedAsset:
         downstream_dbt is rebuilt in shadow and published with the target; a dbt view of one
         reads the target (its shadow view exists for the build only); anything else is
         refreshed after the swap."""
-        if self.kind in ("dbt table", "dbt incremental"):
+        if self.kind in tuple(f"dbt {m}" for m in PUBLISHED_MATERIALIZATIONS):
             return "published"
         return "view" if self.kind == "dbt view" else "refreshed"
 
