@@ -42,14 +42,21 @@ OUTSIDE = dt.datetime(2026, 12, 1, 11, 3, tzinfo=UTC)
 BEGUN = INSIDE - dt.timedelta(minutes=10)  # when runs created by these tests started
 
 
-def sensor(name: str, now: dt.datetime) -> dg.SensorDefinition:
-    built = table_definitions(ORDERS, clock=lambda: now)
+def sensor(name: str, now: dt.datetime, table=ORDERS) -> dg.SensorDefinition:
+    built = table_definitions(table, clock=lambda: now)
     return next(s for s in built.sensors or [] if s.name == name)
 
 
-def tick(defs, instance, now: dt.datetime, name: str = DRIVER_SENSOR, cursor: str | None = None):
+def tick(
+    defs,
+    instance,
+    now: dt.datetime,
+    name: str = DRIVER_SENSOR,
+    cursor: str | None = None,
+    table=ORDERS,
+):
     context = dg.build_sensor_context(instance=instance, definitions=defs, cursor=cursor)
-    return sensor(name, now).evaluate_tick(context)
+    return sensor(name, now, table).evaluate_tick(context)
 
 
 def started_run(
@@ -96,13 +103,7 @@ def test_a_daily_job_the_code_location_does_not_have_launches_nothing_and_says_w
     # guards find the daily runs by that name, so with a typo batches could run beside them.
     from dataclasses import replace
 
-    typo = replace(ORDERS, daily_job="orders_daly_job")
-    driver = next(
-        s
-        for s in table_definitions(typo, clock=lambda: INSIDE).sensors or []
-        if s.name == DRIVER_SENSOR
-    )
-    result = driver.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=defs))
+    result = tick(defs, instance, INSIDE, table=replace(ORDERS, daily_job="orders_daly_job"))
     assert not result.run_requests
     assert "names 'orders_daly_job' as its daily job, but the code location has no such job" in (
         result.skip_message or ""
