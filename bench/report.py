@@ -9,6 +9,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from bench.cli import GOAL_S as CLI_GOAL_S
 from bench.config import NOT_YET_MEASURED
 from bench.load import NO_VERDICT
 
@@ -496,7 +497,7 @@ def _cli(r: dict[str, Any]) -> list[str]:
             name,
             _f(s[name], 2),
             _f(beyond[name], 2) if name in beyond else "",
-            f"<= {GOAL_CLI_S:g}" if name in beyond else "",
+            f"<= {CLI_GOAL_S:g}" if name in beyond else "",
         ]
         for name in s
     ]
@@ -514,8 +515,6 @@ def _cli(r: dict[str, Any]) -> list[str]:
         *_goals(r["goals"]),
     ]
 
-
-GOAL_CLI_S = 1.5
 
 RENDERERS = {
     "safety_overhead": _safety,
