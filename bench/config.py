@@ -69,6 +69,11 @@ class Size:
     driver_ticks: int = 10
     # cli: rounds at least (each round runs every command in a fresh process: seconds each).
     cli_rounds_min: int = 3
+    # dbt_refresh: orders a day and days of history (from a Monday) with their marts, and the
+    # days of the executed plan whose impacted models are built (from the history's 2nd Monday).
+    dbt_rows_per_day: int = 20_000
+    dbt_history_days: int = 28
+    dbt_plan_days: int = 10
 
     @property
     def start(self) -> dt.date:
@@ -106,6 +111,7 @@ SIZES: dict[str, Size] = {
         driver_past_plans=20,
         driver_ticks=3,
         cli_rounds_min=1,
+        dbt_rows_per_day=500,
     ),
     "default": Size(
         name="default",

@@ -516,6 +516,34 @@ def _cli(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _dbt_refresh(r: dict[str, Any]) -> list[str]:
+    s = r["seconds"]
+    inv = r["invocation"]
+    rows = [
+        [
+            "shadow build (the swap's, one invocation)",
+            _f(s["shadow build"], 2),
+            _f(r["shadow_over_single"], 2),
+        ],
+        ["single dbt build of the same models and window", _f(s["single dbt build"], 2), "1.00"],
+        [
+            f"one dbt build per grain ({r['per_grain_invocations']})",
+            _f(s["per grain"], 2),
+            _f(r["per_grain_over_single"], 2),
+        ],
+    ]
+    return [
+        *_banner(r),
+        f"The example's impacted models ({', '.join(inv['models'])}) for a plan of "
+        f"{r['plan']} over {r['history_days']} days of {r['rows_per_day']:,} orders a day "
+        f"(DuckDB); one window for every grain: [{', '.join(inv['window'])}).",
+        "",
+        *_table(["build", "s (median)", "/ single"], rows, right_from=1),
+        *_part_load(r),
+        *_goals(r["goals"]),
+    ]
+
+
 RENDERERS = {
     "safety_overhead": _safety,
     "swap_scaling": _swap,
@@ -524,6 +552,7 @@ RENDERERS = {
     "readers": _readers,
     "driver": _driver,
     "cli": _cli,
+    "dbt_refresh": _dbt_refresh,
     "postgres": _postgres,
 }
 

@@ -23,7 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import cli, driver, gates, planning, postgres, readers, safety_overhead, swap_scaling
+from bench import (
+    cli,
+    dbt_refresh,
+    driver,
+    gates,
+    planning,
+    postgres,
+    readers,
+    safety_overhead,
+    swap_scaling,
+)
 from bench.config import DEFAULT_OUT, NOT_YET_MEASURED, SIZES, BenchContext
 from bench.data import Templates
 from bench.load import OTHERS_LIMIT_CORES, QUIET_WAIT_MAX_S, LoadMonitor, agree
@@ -39,6 +49,7 @@ MEASURES: dict[str, Measure] = {
     "readers": lambda ctx, _templates: readers.run(ctx),
     "driver": lambda ctx, _templates: driver.run(ctx),
     "cli": lambda ctx, _templates: cli.run(ctx),
+    "dbt_refresh": lambda ctx, _templates: dbt_refresh.run(ctx),
     "postgres": postgres.run,
 }
 

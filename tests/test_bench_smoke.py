@@ -31,6 +31,7 @@ MEASURES = (
     "readers",
     "driver",
     "cli",
+    "dbt_refresh",
     "postgres",
 )
 PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
@@ -105,6 +106,10 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         "import location", "open instance", "plan", "approve", "status", "list"
     }  # fmt: skip
     assert all(v > 0 for v in cli["seconds"].values())
+    dbt_refresh = doc["dbt_refresh"]["results"]
+    assert dbt_refresh["per_grain_invocations"] == 3  # against one for the shadow build
+    assert set(dbt_refresh["seconds"]) == {"shadow build", "single dbt build", "per grain"}
+    assert all(v > 0 for v in dbt_refresh["seconds"].values())
     assert doc["machine"]["nproc"] >= 1
     assert_load_recorded(doc)
     # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
@@ -127,6 +132,7 @@ TIMED_PARTS = (
     ("readers",),
     ("driver",),
     ("cli",),
+    ("dbt_refresh",),
     ("postgres", "backfill"),
     ("postgres", "swap"),
     ("postgres", "blocked_readers"),
@@ -145,6 +151,7 @@ ISSUE_GOALS = {
     "planning": [("plan ", "<= 0.5")],
     "driver": [("driver tick ms with ", "<= 200")],
     "cli": [("cli plan s", "<= 1.5"), ("cli approve s", "<= 1.5"), ("cli status s", "<= 1.5")],
+    "dbt_refresh": [("shadow build / single dbt build", "<= 1.2")],
 }
 
 

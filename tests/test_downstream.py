@@ -32,7 +32,13 @@ from backfill_assets.example.seed import build_history
 from backfill_assets.lib.planning.markdown import render_markdown
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.base import companion_backup
-from backfill_assets.service.downstream import SHADOW_SUFFIX, DbtDownstream
+from backfill_assets.service.downstream import (
+    SHADOW_SUFFIX,
+    DbtDownstream,
+    Invocation,
+    classify,
+    plan_invocations,
+)
 from backfill_assets.service.plans import load_plan, published_keys
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.runs import IN_PROCESS_LOCATION, local_process_tags
@@ -199,6 +205,9 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     gate = [v for v in evals if isinstance(v, dg.AssetCheckEvaluation)]
     assert [(v.check_name, v.passed) for v in gate] == [(DOWNSTREAM_CHECK, True)]
     assert gate[0].metadata["dbt_tests"].value > 10  # type: ignore[operator]
+    # One dbt invocation built every grain (daily, weekly, unpartitioned) in shadow.
+    assert gate[0].metadata["dbt_invocations"].value == 1
+    assert "one_invocation_refused" not in gate[0].metadata
     # Dagster shows the marts written by the swap, partition by partition.
     published = {
         (e.event_specific_data.materialization.asset_key.to_user_string(), e.partition)  # type: ignore[union-attr]
@@ -225,12 +234,20 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     assert _leftovers(wh) == []
 
 
+def _project_copy(tmp_path: Path) -> Path:
+    dst = tmp_path / "dbt_project"
+    shutil.copytree(
+        Path("dbt_project").resolve(),
+        dst,
+        ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"),
+    )
+    return dst
+
+
 def _planted_project(tmp_path: Path) -> Path:
     """A copy of the example's dbt project with one more singular test on fct_daily_revenue
     that passes on the live model and fails on its shadow."""
-    src = Path("dbt_project").resolve()
-    dst = tmp_path / "dbt_project"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("target", "logs", "dbt_packages"))
+    dst = _project_copy(tmp_path)
     (dst / "tests" / "assert_planted_failure_in_shadow.sql").write_text(
         "-- planted by tests/test_downstream.py: fails only when built in shadow\n"
         "select * from {{ ref('fct_daily_revenue') }}\n"
@@ -271,6 +288,51 @@ def test_a_failing_dbt_test_in_shadow_halts_before_the_swap_and_changes_nothing(
     assert after["orders_daily"] != before["orders_daily"]
     assert {m: after[m] for m in MARTS} == {m: before[m] for m in MARTS}
     assert published_keys(instance, plan.plan_id) == []
+
+
+def test_one_dbt_invocation_builds_every_grain_where_one_window_is_whole_partitions_of_each(
+    defs, instance, wh, tmp_path
+):
+    def invocations(d: dg.Definitions, start: dt.date, end: dt.date) -> Any:
+        plan = make_plan(d, instance, wh, start.isoformat(), end.isoformat(), approve=False)
+        graph = d.resolve_asset_graph()
+        return plan_invocations(plan, graph, classify(plan, graph), _config(d))
+
+    # Two ISO weeks, the second partial: the weekly model's window is both weeks, and the daily
+    # model rebuilds the rest of the second week too (from the target's live rows).
+    everything = ("dim_customers", "fct_daily_revenue", "fct_weekly_revenue", "stg_orders")
+    whole_weeks = (START, dt.date(2026, 1, 19))
+    assert invocations(defs, START, END) == ([Invocation(everything, whole_weeks)], None)
+
+    # The daily models start on a Wednesday (2025-01-01), inside the weekly model's first week:
+    # no window is whole partitions of both, so each grain gets its own window.
+    split, why = invocations(defs, dt.date(2025, 1, 1), dt.date(2025, 1, 7))
+    assert why == "2024-12-30..2025-01-13 is not whole partitions of fct_daily_revenue"
+    assert split == [
+        Invocation(("fct_daily_revenue",), (dt.date(2025, 1, 1), dt.date(2025, 1, 8))),
+        Invocation(("dim_customers", "stg_orders"), None),
+        Invocation(("fct_weekly_revenue",), (dt.date(2024, 12, 30), dt.date(2025, 1, 13))),
+    ]
+
+    # An unpartitioned model that reads the window vars (here through the project's macro)
+    # would build the window alone in a shared invocation: it gets one without them.
+    project = _project_copy(tmp_path)
+    model = project / "models" / "staging" / "stg_orders.sql"
+    source = "select * from {{ source('warehouse', 'orders_daily') }}"
+    model.write_text(
+        model.read_text().replace(
+            source, f"{source} {{{{ partition_window_filter('order_date') }}}}"
+        )
+    )
+    from backfill_assets.example.definitions import example_definitions
+
+    split, why = invocations(example_definitions(project), START, END)
+    assert why == "stg_orders (unpartitioned) mentions a window var (min_date, max_date)"
+    assert [(i.names, i.window) for i in split] == [
+        (("fct_daily_revenue",), (START, END + dt.timedelta(days=1))),
+        (("dim_customers", "stg_orders"), None),
+        (("fct_weekly_revenue",), whole_weeks),
+    ]
 
 
 def test_readers_never_see_the_new_target_next_to_the_old_marts(defs, instance, history_with_marts):

@@ -9,12 +9,16 @@ the target's swap (`Companion`s), so readers never see the fixed target next to 
    (`<model>__bf_shadow`); an incremental one starts as a copy of its live table, so only the
    plan's partitions are rebuilt. Impacted views get shadow views, for the build to read through;
    they are not published (a view reads whatever the target holds).
-3. `dbt build` of those models, one invocation per grain (upstream grains first) with the
-   partition window as vars, and with the var `backfill_assets_shadow` mapping each model and the
-   target's source to its shadow relation. The project's `generate_alias_name` and `source`
-   macros (backfill_assets/dbt/backfill_assets_shadow.sql) honour it; without them nothing is
-   built (a build would write the live models). The models' dbt tests run on the shadows: they
-   are the `downstream_dbt_tests` gate.
+3. One `dbt build` of those models, with the var `backfill_assets_shadow` mapping each model
+   and the target's source to its shadow relation, and one partition window as vars for every
+   grain (`plan_invocations`): the union of the grains' windows, where it is whole partitions of
+   every grain. A finer grain then also rebuilds its partitions in that union outside its own
+   window (the days of a partial first or last week), from the target's live rows. When one
+   window does not fit every grain, or an unpartitioned model would read the window vars, it
+   falls back to one invocation per grain (upstream grains first) and says why. The project's
+   `generate_alias_name` and `source` macros (backfill_assets/dbt/backfill_assets_shadow.sql)
+   honour the shadow var; without them nothing is built (a build would write the live models).
+   The models' dbt tests run on the shadows: they are the `downstream_dbt_tests` gate.
 
 Impacted assets that are not dbt tables (views aside) are only flagged: the caller refreshes them
 after the swap as before.
@@ -25,10 +29,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import dagster as dg
 
@@ -117,6 +123,8 @@ class ShadowBuild:
     outcomes: list[Outcome] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    invocations: int = 0  # dbt invocations run
+    split: str | None = None  # why it took more than one
 
     @property
     def passed(self) -> bool:
@@ -157,6 +165,8 @@ class ShadowBuild:
                 "plan_id": self.plan_id,
                 "models": [c.live for c in self.companions],
                 "dbt_tests": len(self.tests),
+                "dbt_invocations": self.invocations,
+                **({"one_invocation_refused": self.split} if self.split else {}),
                 "failed": [f"{o.unique_id}: {o.status} {o.message}"[:300] for o in self.failed],
                 "seconds": round(self.seconds, 2),
             },
@@ -222,6 +232,133 @@ def _window(graph: Any, keys: Sequence[str], start: str, end: str) -> tuple[dt.d
     )
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """One `dbt build` of a shadow build: its models, and the partition window it passes as the
+    window vars (None: it passes none, and the models build everything)."""
+
+    names: tuple[str, ...]
+    window: tuple[dt.date, dt.date] | None
+
+
+def grain_invocations(plan: BackfillPlan, graph: Any, downstream: Downstream) -> list[Invocation]:
+    """One dbt invocation per grain of the plan's impacted models, upstream grains first, each
+    with its grain's own partition window."""
+    return [inv for _, inv in _grains(plan, graph, downstream)]
+
+
+def _grains(
+    plan: BackfillPlan, graph: Any, downstream: Downstream
+) -> list[tuple[tuple[str, ...], Invocation]]:
+    from backfill_assets.service.refresh import refresh_requests
+
+    names = {m.asset_key: m.name for m in (*downstream.rebuilt, *downstream.views)}
+    return [
+        (
+            req.asset_keys,
+            Invocation(
+                tuple(sorted(names[k] for k in req.asset_keys)),
+                _window(graph, req.asset_keys, req.start, req.end)
+                if req.start and req.end
+                else None,
+            ),
+        )
+        for req in refresh_requests(plan, graph, only=set(names))
+    ]
+
+
+def plan_invocations(
+    plan: BackfillPlan, graph: Any, downstream: Downstream, config: DbtDownstream
+) -> tuple[list[Invocation], str | None]:
+    """The dbt invocations that build a plan's impacted models in shadow, and why there is more
+    than one (None when there is one).
+
+    One invocation builds every grain, with the union of the grains' partition windows, when:
+    - that union is whole partitions of every partitioned grain, all of them existing (a weekly
+      model must not be handed part of a week, nor a week it has no partition for); and
+    - no unpartitioned model, no test of one and no ephemeral model it reads mentions a window
+      var, in its SQL or in the macros it calls: such a model would build only the window.
+    Otherwise one invocation per grain (`grain_invocations`).
+    """
+    grains = _grains(plan, graph, downstream)
+    per_grain = [inv for _, inv in grains]
+    if len(per_grain) <= 1:
+        return per_grain, None
+    windows = [inv.window for inv in per_grain if inv.window is not None]
+    union = (min(w[0] for w in windows), max(w[1] for w in windows)) if windows else None
+    why = None
+    if union is not None:
+        for keys, inv in grains:
+            if inv.window is not None and not _whole_partitions(graph, keys[0], union):
+                why = f"{union[0]}..{union[1]} is not whole partitions of {', '.join(inv.names)}"
+                break
+        unpartitioned = [name for inv in per_grain if inv.window is None for name in inv.names]
+        if why is None and downstream.manifest is not None:
+            reader = _reads_vars(downstream.manifest, unpartitioned, config.window_vars)
+            if reader:
+                why = (
+                    f"{reader} (unpartitioned) mentions a window var "
+                    f"({', '.join(config.window_vars)})"
+                )
+    if why is not None:
+        return per_grain, why
+    return [Invocation(tuple(sorted(n for inv in per_grain for n in inv.names)), union)], None
+
+
+def _whole_partitions(graph: Any, key: str, window: tuple[dt.date, dt.date]) -> bool:
+    """Whether [start, end) is a run of existing whole partitions of the asset's grain."""
+    pd = graph.get(dg.AssetKey.from_user_string(key)).partitions_def
+    if not isinstance(pd, dg.TimeWindowPartitionsDefinition):
+        return False
+    tz = ZoneInfo(pd.timezone)
+    lo = dt.datetime.combine(window[0], dt.time(), tzinfo=tz)
+    hi = dt.datetime.combine(window[1], dt.time(), tzinfo=tz)
+    keys = pd.get_partition_keys_in_time_window(dg.TimeWindow(lo, hi))
+    if not keys or not (pd.has_partition_key(keys[0]) and pd.has_partition_key(keys[-1])):
+        return False
+    first = pd.time_window_for_partition_key(keys[0])
+    last = pd.time_window_for_partition_key(keys[-1])
+    return first.start == lo and last.end == hi
+
+
+def _reads_vars(
+    manifest: Mapping[str, Any], models: Iterable[str], var_names: Sequence[str]
+) -> str | None:
+    """The first of `models` whose SQL, tests, ephemeral inputs or macros (recursively) mention
+    one of `var_names`; None if none does. Conservative: any mention counts."""
+    nodes, macros = manifest.get("nodes", {}), manifest.get("macros", {})
+    mention = re.compile(r"\b(" + "|".join(re.escape(v) for v in var_names) + r")\b")
+    by_name = {n["name"]: uid for uid, n in nodes.items() if n.get("resource_type") == "model"}
+    tests_of: dict[str, list[str]] = {}
+    for uid, n in nodes.items():
+        if n.get("resource_type") == "test":
+            for dep in n.get("depends_on", {}).get("nodes", []):
+                tests_of.setdefault(dep, []).append(uid)
+
+    def texts(uid: str, seen: set[str]) -> Iterator[str]:
+        if uid in seen:
+            return
+        seen.add(uid)
+        node = nodes.get(uid) or macros.get(uid) or {}
+        yield node.get("raw_code") or node.get("macro_sql") or ""
+        deps = node.get("depends_on", {})
+        for macro in deps.get("macros", []):
+            yield from texts(macro, seen)
+        for dep in deps.get("nodes", []):
+            if nodes.get(dep, {}).get("config", {}).get("materialized") == "ephemeral":
+                yield from texts(dep, seen)
+
+    for name in models:
+        uid = by_name.get(name)
+        if uid is None:
+            continue
+        seen: set[str] = set()
+        for root in (uid, *tests_of.get(uid, [])):
+            if any(mention.search(text) for text in texts(root, seen)):
+                return name
+    return None
+
+
 def discard(wh: Warehouse, table: BackfillableTable, downstream: Downstream) -> None:
     """Drop everything a shadow build made (its overlay, shadow views and shadow tables)."""
     _drop(
@@ -257,8 +394,6 @@ def build_in_shadow(
     the overlay and shadow views are dropped. On any failure everything it built is dropped: the
     target and the live models are never written.
     """
-    from backfill_assets.service.refresh import refresh_requests
-
     t0 = time.perf_counter()
     build = ShadowBuild(plan.plan_id)
     downstream = classify(plan, graph)
@@ -289,20 +424,23 @@ def build_in_shadow(
                 wh.execute(f"CREATE TABLE {shadow} AS SELECT * FROM {live}")
         target_args, env = config.cli_target(url) if config.cli_target else ([], {})
         os.environ.update(env)  # dbt runs as a subprocess with this process's environment
-        names = {m.asset_key: m.name for m in (*downstream.rebuilt, *downstream.views)}
-        requests = refresh_requests(plan, graph, only=set(names))
-        for req in requests:
+        invocations, build.split = plan_invocations(plan, graph, downstream, config)
+        if build.split:
+            log(f"one dbt invocation per grain: {build.split}")
+        for inv in invocations:
             dbt_vars: dict[str, Any] = {SHADOW_VAR: shadows}
-            if req.start and req.end:
-                w0, w1 = _window(graph, req.asset_keys, req.start, req.end)
+            if inv.window:
                 dbt_vars.update(
-                    {config.window_vars[0]: w0.isoformat(), config.window_vars[1]: w1.isoformat()}
+                    {
+                        config.window_vars[0]: inv.window[0].isoformat(),
+                        config.window_vars[1]: inv.window[1].isoformat(),
+                    }
                 )
             args = [
                 "build",
                 *target_args,
                 "--select",  # one argument: dagster-dbt takes one value per flag
-                " ".join(sorted(names[k] for k in req.asset_keys)),
+                " ".join(inv.names),
                 "--exclude-resource-type",
                 "unit_test",
                 "--vars",
@@ -310,6 +448,7 @@ def build_in_shadow(
             ]
             log(f"dbt {' '.join(args[:1] + args[1 + len(target_args) : -2])} (in shadow)")
             invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)
+            build.invocations += 1
             invocation.wait()
             results = (invocation.get_artifact("run_results.json") or {}).get("results", [])
             build.outcomes += [
