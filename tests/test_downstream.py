@@ -225,6 +225,10 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     capsys.readouterr()
     assert main(["rollback", plan.plan_id]) == 0
     out = capsys.readouterr().out
+    # It counts the target's partitions (the run also records the marts it restored).
+    assert (
+        f"rollback of plan {plan.plan_id}: {len(plan.partitions)} partitions of orders_daily" in out
+    )
     assert (
         "restored with orders_daily in the same transaction: fct_daily_revenue, dim_customers, "
         "fct_weekly_revenue (views reading it: stg_orders)"

@@ -497,7 +497,14 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
     if not result.success:
         error = run_error(result)
         raise BackfillError(error[1] if error else f"{kind} failed; see {log}")
-    mats = [e for e in result.all_events if e.event_type_value == "ASSET_MATERIALIZATION"]
+    # The target's partitions: the run also records those of the models published with it.
+    mats = [
+        e
+        for e in result.all_events
+        if e.event_type_value == "ASSET_MATERIALIZATION"
+        and e.asset_key is not None
+        and e.asset_key.to_user_string() == plan.target
+    ]
     impacted = [i.asset_key for i in plan.impact]
 
     def output(refresh: str, refreshed: list[Any], stale: list[str]) -> str:
