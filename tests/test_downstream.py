@@ -205,9 +205,13 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     gate = [v for v in evals if isinstance(v, dg.AssetCheckEvaluation)]
     assert [(v.check_name, v.passed) for v in gate] == [(DOWNSTREAM_CHECK, True)]
     assert gate[0].metadata["dbt_tests"].value > 10  # type: ignore[operator]
-    # One dbt invocation built every grain (daily, weekly, unpartitioned) in shadow.
+    # One dbt invocation built every grain (daily, weekly, unpartitioned) in shadow, over the
+    # plan's two whole weeks; the run's log says so.
     assert gate[0].metadata["dbt_invocations"].value == 1
     assert "one_invocation_refused" not in gate[0].metadata
+    logs = [e.user_message for e in instance.all_logs(swap.run_id)]
+    built = [m for m in logs if "(in shadow" in m]
+    assert len(built) == 1 and built[0].endswith("(in shadow, window [2026-01-05, 2026-01-19))")
     # Dagster shows the marts written by the swap, partition by partition.
     published = {
         (e.event_specific_data.materialization.asset_key.to_user_string(), e.partition)  # type: ignore[union-attr]

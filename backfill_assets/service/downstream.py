@@ -446,7 +446,8 @@ def build_in_shadow(
                 "--vars",
                 json.dumps(dbt_vars),
             ]
-            log(f"dbt {' '.join(args[:1] + args[1 + len(target_args) : -2])} (in shadow)")
+            window = f", window [{inv.window[0]}, {inv.window[1]})" if inv.window else ""
+            log(f"dbt {' '.join(args[:1] + args[1 + len(target_args) : -2])} (in shadow{window})")
             invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)
             build.invocations += 1
             invocation.wait()
