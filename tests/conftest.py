@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,16 @@ os.environ.setdefault("BACKFILL_ASSETS_DBT_PROJECT", str(REPO / "dbt_project"))
 HISTORY_START = dt.date(2026, 1, 1)
 HISTORY_END = dt.date(2026, 1, 21)  # inclusive: 3 ISO weeks (2026-W01 starts Mon 2025-12-29)
 ROWS_PER_DAY = 300
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Run with SIGINT handled, as the backfill-assets CLI does. A suite started in a script's
+    background (CI) inherits SIGINT ignored. Dagster points SIGTERM at SIGINT's handler whenever
+    an in-process run ends, so SIGTERM was then ignored by the whole process and by every child
+    it started; the compute-log `tail -F` of a run executed in another thread then ignored the
+    SIGTERM meant to stop it, and outlived the suite (two per CI run)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
