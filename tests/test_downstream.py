@@ -208,6 +208,7 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
     # One dbt invocation built every grain (daily, weekly, unpartitioned) in shadow, over the
     # plan's two whole weeks; the run's log says so.
     assert gate[0].metadata["dbt_invocations"].value == 1
+    assert gate[0].metadata["dbt_windows"].value == ["[2026-01-05, 2026-01-19)"]
     assert "one_invocation_refused" not in gate[0].metadata
     logs = [e.user_message for e in instance.all_logs(swap.run_id)]
     built = [m for m in logs if "(in shadow" in m]

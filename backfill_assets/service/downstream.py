@@ -125,6 +125,7 @@ class ShadowBuild:
     seconds: float = 0.0
     invocations: int = 0  # dbt invocations run
     split: str | None = None  # why it took more than one
+    windows: list[str] = field(default_factory=list)  # the window each invocation was given
 
     @property
     def passed(self) -> bool:
@@ -166,6 +167,7 @@ class ShadowBuild:
                 "models": [c.live for c in self.companions],
                 "dbt_tests": len(self.tests),
                 "dbt_invocations": self.invocations,
+                "dbt_windows": self.windows,
                 **({"one_invocation_refused": self.split} if self.split else {}),
                 "failed": [f"{o.unique_id}: {o.status} {o.message}"[:300] for o in self.failed],
                 "seconds": round(self.seconds, 2),
@@ -446,8 +448,10 @@ def build_in_shadow(
                 "--vars",
                 json.dumps(dbt_vars),
             ]
-            window = f", window [{inv.window[0]}, {inv.window[1]})" if inv.window else ""
-            log(f"dbt {' '.join(args[:1] + args[1 + len(target_args) : -2])} (in shadow{window})")
+            window = f"[{inv.window[0]}, {inv.window[1]})" if inv.window else "none"
+            build.windows.append(window)
+            shown = " ".join(args[:1] + args[1 + len(target_args) : -2])
+            log(f"dbt {shown} (in shadow, window {window})")
             invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)
             build.invocations += 1
             invocation.wait()
