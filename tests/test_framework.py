@@ -181,3 +181,64 @@ def test_the_plan_contract_shipped_with_the_package_is_the_plans_own_schema():
     # Regenerate with: python -c "import json; from backfill_assets.lib.planning.plan import
     # plan_json_schema as s; print(json.dumps(s(), indent=2, sort_keys=True))"
     assert shipped_plan_schema() == plan_json_schema()
+
+
+def test_the_plan_and_approve_jobs_refuse_a_daily_job_the_code_location_does_not_have(
+    defs, instance, history
+):
+    # The Launchpad's jobs check the daily job as the CLI's commands do: the guards find the
+    # daily runs by that name, so a typo would let batches run beside them.
+    from dataclasses import replace
+
+    from backfill_assets import backfill_definitions
+    from backfill_assets.constants import APPROVE_JOB, APPROVE_OP, PLAN_JOB, PLAN_OP
+    from backfill_assets.example.declaration import ORDERS
+    from backfill_assets.lib.states import PlanStatus
+    from backfill_assets.service.plans import load_plan, plan_statuses, propose_plan
+    from backfill_assets.service.runs import run_job
+    from tests.conftest import make_plan
+
+    typo = dg.Definitions.merge(
+        backfill_definitions([replace(ORDERS, daily_job="orders_daly_job")]),
+        dg.Definitions(jobs=[dg.define_asset_job("orders_daily_job", selection=[ORDERS.key])]),
+    )
+    why = "names 'orders_daly_job' as its daily job, but the code location has no such job"
+    plan_config = {"target": ORDERS.key, "start": "2026-01-05", "end": "2026-01-11"}
+    planned = run_job(
+        typo,
+        PLAN_JOB,
+        instance,
+        run_config={
+            "ops": {
+                PLAN_OP: {"config": {**plan_config, "window": "02:00-23:00", "rollback": "backup"}}
+            }
+        },
+        raise_on_error=False,
+    )
+    assert not planned.success and why in _errors(planned)
+    assert plan_statuses(instance) == {}  # nothing proposed
+
+    plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11", approve=False)
+    propose_plan(instance, plan)
+    approved = run_job(
+        typo,
+        APPROVE_JOB,
+        instance,
+        run_config={"ops": {APPROVE_OP: {"config": {"plan_id": plan.plan_id}}}},
+        raise_on_error=False,
+    )
+    assert not approved.success and why in _errors(approved)
+    assert load_plan(instance, plan.plan_id, allow_proposed=True)[1] == PlanStatus.PROPOSED
+    assert history.active_plan(ORDERS.key) is None  # the table is not held
+
+
+def _errors(result: dg.ExecuteInProcessResult) -> str:
+    """Every message in the error chains of a run's failed steps (what the UI shows)."""
+    out = []
+    for event in result.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            err = event.event_specific_data.error  # type: ignore[union-attr]
+            while err is not None:
+                out.append(err.message)
+                err = err.cause
+    return "\n".join(out)

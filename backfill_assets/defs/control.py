@@ -31,11 +31,12 @@ from backfill_assets.constants import (
 from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.criteria import load_criteria_yaml
+from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.batch_driver import pause_plan, start_plan
 from backfill_assets.service.planner import plan_backfill, plan_stale
 from backfill_assets.service.plans import approve_plan, load_plan, propose_plan
-from backfill_assets.service.runs import code_location
-from backfill_assets.service.tables import backfill_tables, table_for
+from backfill_assets.service.runs import code_location, code_location_repository
+from backfill_assets.service.tables import backfill_tables, refuse_bad_daily_jobs, table_for
 
 PLANS_PARTITIONS_DEF = dg.DynamicPartitionsDefinition(name=PLANS_PARTITIONS)
 
@@ -90,6 +91,14 @@ def _location(context: dg.OpExecutionContext):
     return graph, backfill_tables(graph)
 
 
+def _refuse_bad_daily_job(context: dg.OpExecutionContext, table: BackfillableTable) -> None:
+    """As every CLI command that loads the code location: a daily job the guards cannot find
+    by name would let batches run beside the real daily run."""
+    repository = code_location_repository(context)
+    if repository is not None:
+        refuse_bad_daily_jobs(repository, {table.key: table})
+
+
 @dg.op(
     name=PLAN_OP,
     required_resource_keys=_RESOURCES,
@@ -102,6 +111,7 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
     if config.criteria_yaml.strip():
         table = table_for(tables, config.target, what="target")
         criteria = load_criteria_yaml(config.criteria_yaml, table.criteria)
+    _refuse_bad_daily_job(context, table_for(tables, config.target, what="target"))
     stale = config.stale or bool(config.built_by)
     if stale and (config.start or config.end):
         raise InvalidInput(
@@ -155,6 +165,7 @@ def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -
     graph, tables = _location(context)
     plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
     table = table_for(tables, plan.target, what=f"plan {plan.plan_id}'s target")
+    _refuse_bad_daily_job(context, table)
     wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
     status = approve_plan(context.instance, wh, table, plan, config.approved_by, asset_graph=graph)
     context.log.info(f"plan {plan.plan_id} {status}")

@@ -46,6 +46,16 @@ def code_location(context: Any) -> Any:
     return defs.resolve_asset_graph() if defs is not None else None
 
 
+def code_location_repository(context: Any) -> Any:
+    """The repository of the code location a run belongs to (see `code_location`), or None."""
+    try:
+        return context.repository_def
+    except Exception:  # Dagster raises CheckError (no public type) for in-process runs
+        pass
+    defs = IN_PROCESS_LOCATION.get()
+    return defs.get_repository_def() if defs is not None else None
+
+
 def range_tags(start: dt.date, end_inclusive: dt.date) -> dict[str, str]:
     """Dagster's tags for one run over a partition range (inclusive keys)."""
     return {

@@ -59,7 +59,8 @@ def daily_job_problems(repository: Any, tables: dict[str, BackfillableTable]) ->
 
     The daily job is how every guard finds the daily runs (by name): a typo there would let
     batches run beside the real daily run, so every CLI command that loads the code location
-    refuses it (`refuse_bad_daily_jobs`), and the driver sensor launches no batch of the table.
+    and the Launchpad's plan and approve jobs refuse it (`refuse_bad_daily_jobs`), and the
+    driver sensor launches no batch of the table.
 
     Args:
         repository: `Definitions` or a `RepositoryDefinition` (a sensor's, a run's).
