@@ -220,6 +220,9 @@ def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_
         if e.event_type_value == "ASSET_MATERIALIZATION"
     }
     assert ("fct_daily_revenue", START.isoformat()) in published
+    # ...the days its one dbt invocation rebuilt: the plan's two whole weeks, no more.
+    daily = sorted(str(p) for k, p in published if k == "fct_daily_revenue")
+    assert daily == [(START + dt.timedelta(days=i)).isoformat() for i in range(14)]
     assert ("dim_customers", None) in published
     # Nothing is left to refresh in place after the swap: every impacted model was published.
     graph = defs.resolve_asset_graph()

@@ -126,6 +126,8 @@ class ShadowBuild:
     invocations: int = 0  # dbt invocations run
     split: str | None = None  # why it took more than one
     windows: list[str] = field(default_factory=list)  # the window each invocation was given
+    # per partitioned table it publishes, the partition keys its invocation's window rebuilt
+    rebuilt_partitions: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -307,15 +309,35 @@ def plan_invocations(
     return [Invocation(tuple(sorted(n for inv in per_grain for n in inv.names)), union)], None
 
 
+def _time_window(pd: dg.TimeWindowPartitionsDefinition, window: tuple[dt.date, dt.date]) -> Any:
+    tz = ZoneInfo(pd.timezone)
+    return dg.TimeWindow(
+        dt.datetime.combine(window[0], dt.time(), tzinfo=tz),
+        dt.datetime.combine(window[1], dt.time(), tzinfo=tz),
+    )
+
+
+def _partitions_in(
+    graph: Any, models: Iterable[DbtModel], window: tuple[dt.date, dt.date]
+) -> dict[str, list[str]]:
+    """Per time-partitioned model, its existing partition keys inside [start, end)."""
+    out = {}
+    for m in models:
+        pd = graph.get(dg.AssetKey.from_user_string(m.asset_key)).partitions_def
+        if isinstance(pd, dg.TimeWindowPartitionsDefinition):
+            keys = pd.get_partition_keys_in_time_window(_time_window(pd, window))
+            out[m.asset_key] = [k for k in keys if pd.has_partition_key(k)]
+    return out
+
+
 def _whole_partitions(graph: Any, key: str, window: tuple[dt.date, dt.date]) -> bool:
     """Whether [start, end) is a run of existing whole partitions of the asset's grain."""
     pd = graph.get(dg.AssetKey.from_user_string(key)).partitions_def
     if not isinstance(pd, dg.TimeWindowPartitionsDefinition):
         return False
-    tz = ZoneInfo(pd.timezone)
-    lo = dt.datetime.combine(window[0], dt.time(), tzinfo=tz)
-    hi = dt.datetime.combine(window[1], dt.time(), tzinfo=tz)
-    keys = pd.get_partition_keys_in_time_window(dg.TimeWindow(lo, hi))
+    tw = _time_window(pd, window)
+    lo, hi = tw.start, tw.end
+    keys = pd.get_partition_keys_in_time_window(tw)
     if not keys or not (pd.has_partition_key(keys[0]) and pd.has_partition_key(keys[-1])):
         return False
     first = pd.time_window_for_partition_key(keys[0])
@@ -450,6 +472,12 @@ def build_in_shadow(
             ]
             window = f"[{inv.window[0]}, {inv.window[1]})" if inv.window else "none"
             build.windows.append(window)
+            if inv.window:
+                build.rebuilt_partitions.update(
+                    _partitions_in(
+                        graph, [m for m in downstream.rebuilt if m.name in inv.names], inv.window
+                    )
+                )
             shown = " ".join(args[:1] + args[1 + len(target_args) : -2])
             log(f"dbt {shown} (in shadow, window {window})")
             invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)

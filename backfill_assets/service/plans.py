@@ -37,7 +37,18 @@ OVERRUN = "overrun"
 # Per partition, the code versions the swap put in and took out (service.swap).
 CODE_VERSIONS = "code_versions"
 PUBLISHED = "published"  # asset keys of the dbt models the swap published with the target
-CARRIED = (APPROVED_BY, DRIVING, STARTED_AT, STARTED_BY, OVERRUN, CODE_VERSIONS, PUBLISHED)
+# per published partitioned model, the partition keys its shadow build rebuilt
+PUBLISHED_PARTITIONS = "published_partitions"
+CARRIED = (
+    APPROVED_BY,
+    DRIVING,
+    STARTED_AT,
+    STARTED_BY,
+    OVERRUN,
+    CODE_VERSIONS,
+    PUBLISHED,
+    PUBLISHED_PARTITIONS,
+)
 
 
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:

@@ -34,6 +34,7 @@ from backfill_assets.service.gating import blockers, describe_blockers, gate_sta
 from backfill_assets.service.plans import (
     CODE_VERSIONS,
     PUBLISHED,
+    PUBLISHED_PARTITIONS,
     latest_plan_record,
     load_plan,
     published_keys,
@@ -118,7 +119,11 @@ def perform_swap(
         swap_seconds=round(result.seconds, 4),
         swapped_weeks=result.weeks,
         driving=False,
-        **{CODE_VERSIONS: versions, PUBLISHED: downstream.published_keys if downstream else []},
+        **{
+            CODE_VERSIONS: versions,
+            PUBLISHED: downstream.published_keys if downstream else [],
+            PUBLISHED_PARTITIONS: downstream.rebuilt_partitions if downstream else {},
+        },
     )
     return result
 
@@ -127,11 +132,14 @@ def published_materializations(
     instance: dg.DagsterInstance, plan_id: str, action: str
 ) -> list[dg.AssetMaterialization]:
     """One materialization per affected partition of each dbt model the swap published (or
-    the rollback restored), so that Dagster shows them written by the plan."""
+    the rollback restored), so that Dagster shows them written by the plan: the partitions its
+    shadow build rebuilt, which can be more than the plan's impact set (a daily model rebuilt
+    over whole weeks with the weekly one)."""
     keys = set(published_keys(instance, plan_id))
     if not keys:
         return []
     plan, _ = load_plan(instance, plan_id, allow_proposed=True)
+    rebuilt = (latest_plan_record(instance, plan_id) or {}).get(PUBLISHED_PARTITIONS) or {}
     out = []
     for item in plan.impact:
         if item.asset_key not in keys:
@@ -139,6 +147,8 @@ def published_materializations(
         parts: list[str | None] = (
             list(item.partitions) if item.partitions != "all" and item.partitions else [None]
         )
+        if rebuilt.get(item.asset_key):
+            parts = [str(k) for k in rebuilt[item.asset_key]]
         out += [
             dg.AssetMaterialization(
                 asset_key=dg.AssetKey.from_user_string(item.asset_key),
