@@ -34,26 +34,22 @@ IN_PROCESS_LOCATION: ContextVar[dg.Definitions | None] = ContextVar(
 )
 
 
-def code_location(context: Any) -> Any:
-    """The asset graph of the code location a run belongs to: its repository when the webserver
-    or the daemon launched it; the Definitions `run_job` is executing in this process; else None
-    (a bare `execute_in_process`)."""
-    try:
-        return context.repository_def.asset_graph
-    except Exception:  # Dagster raises CheckError (no public type) for in-process runs
-        pass
-    defs = IN_PROCESS_LOCATION.get()
-    return defs.resolve_asset_graph() if defs is not None else None
-
-
 def code_location_repository(context: Any) -> Any:
-    """The repository of the code location a run belongs to (see `code_location`), or None."""
+    """The repository of the code location a run belongs to: the one the webserver or the
+    daemon launched it from; that of the Definitions `run_job` is executing in this process;
+    else None (a bare `execute_in_process`)."""
     try:
         return context.repository_def
     except Exception:  # Dagster raises CheckError (no public type) for in-process runs
         pass
     defs = IN_PROCESS_LOCATION.get()
     return defs.get_repository_def() if defs is not None else None
+
+
+def code_location(context: Any) -> Any:
+    """The asset graph of the code location a run belongs to (`code_location_repository`)."""
+    repository = code_location_repository(context)
+    return repository.asset_graph if repository is not None else None
 
 
 def range_tags(start: dt.date, end_inclusive: dt.date) -> dict[str, str]:
