@@ -127,7 +127,12 @@ def active_plan_ids(instance: dg.DagsterInstance) -> list[str]:
 def published_keys(instance: dg.DagsterInstance, plan_id: str) -> list[str]:
     """The dbt models the plan's swap published with the target (tables, restored by its
     rollback; views, which follow the target): no refresh after the swap or rollback needs them."""
-    found = (latest_plan_record(instance, plan_id) or {}).get(PUBLISHED)
+    return recorded_published_keys(latest_plan_record(instance, plan_id) or {})
+
+
+def recorded_published_keys(record: Mapping[str, Any]) -> list[str]:
+    """`published_keys` from a plan record already read."""
+    found = record.get(PUBLISHED)
     return [str(k) for k in found] if isinstance(found, list) else []
 
 

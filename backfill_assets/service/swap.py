@@ -37,8 +37,8 @@ from backfill_assets.service.plans import (
     PUBLISHED_PARTITIONS,
     latest_plan_record,
     load_plan,
-    published_keys,
     record_status,
+    recorded_published_keys,
 )
 from backfill_assets.service.stale import latest_builds
 from backfill_assets.service.tables import table_for
@@ -135,11 +135,12 @@ def published_materializations(
     the rollback restored), so that Dagster shows them written by the plan: the partitions its
     shadow build rebuilt, which can be more than the plan's impact set (a daily model rebuilt
     over whole weeks with the weekly one)."""
-    keys = set(published_keys(instance, plan_id))
+    record = latest_plan_record(instance, plan_id) or {}
+    keys = set(recorded_published_keys(record))
     if not keys:
         return []
     plan, _ = load_plan(instance, plan_id, allow_proposed=True)
-    rebuilt = (latest_plan_record(instance, plan_id) or {}).get(PUBLISHED_PARTITIONS) or {}
+    rebuilt = record.get(PUBLISHED_PARTITIONS) or {}
     out = []
     for item in plan.impact:
         if item.asset_key not in keys:
