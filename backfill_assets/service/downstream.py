@@ -123,11 +123,14 @@ class ShadowBuild:
     outcomes: list[Outcome] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
-    invocations: int = 0  # dbt invocations run
-    split: str | None = None  # why it took more than one
-    windows: list[str] = field(default_factory=list)  # the window each invocation was given
+    split: str | None = None  # why it took more than one dbt invocation
+    windows: list[str] = field(default_factory=list)  # the window of each dbt invocation run
     # per partitioned table it publishes, the partition keys its invocation's window rebuilt
     rebuilt_partitions: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def invocations(self) -> int:
+        return len(self.windows)
 
     @property
     def passed(self) -> bool:
@@ -471,7 +474,6 @@ def build_in_shadow(
                 json.dumps(dbt_vars),
             ]
             window = f"[{inv.window[0]}, {inv.window[1]})" if inv.window else "none"
-            build.windows.append(window)
             if inv.window:
                 build.rebuilt_partitions.update(
                     _partitions_in(
@@ -481,7 +483,7 @@ def build_in_shadow(
             shown = " ".join(args[:1] + args[1 + len(target_args) : -2])
             log(f"dbt {shown} (in shadow, window {window})")
             invocation = dbt.cli(args, manifest=downstream.manifest, raise_on_error=False)
-            build.invocations += 1
+            build.windows.append(window)
             invocation.wait()
             results = (invocation.get_artifact("run_results.json") or {}).get("results", [])
             build.outcomes += [
