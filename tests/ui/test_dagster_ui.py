@@ -98,21 +98,27 @@ def open_launchpad(
 def pick_partition(page: Page, partition: str, attempts: int = 3) -> None:
     """Type a partition key into the Launchpad's partition box and take the suggestion.
 
-    On a loaded machine the suggestion list can still be the unfiltered one when Enter lands,
-    which keeps the first partition (seen once in CI); wait for the key to be suggested, and
-    retype a bounded number of times."""
+    While the partition keys load, the Launchpad shows a placeholder box that it then replaces
+    with a new one: text typed into the first is lost and the new box's list never opens (seen
+    in CI). The loaded box is the one with the sort button, so wait for that first. On a loaded
+    machine Enter could also land while the list was still the unfiltered one, which kept the
+    first partition; so each attempt focuses the box afresh (the list opens on focus), types,
+    and waits for the key to be suggested and then taken."""
+    expect(page.get_by_role("button", name="sort_by_alpha")).to_be_visible()
     box = page.get_by_placeholder("Partition")
     for attempt in range(attempts):
+        box.blur()
         box.click()
         box.fill(partition)
-        expect(page.get_by_text(partition, exact=True).first).to_be_visible()
-        box.press("Enter")
         try:
+            expect(page.get_by_text(partition, exact=True).first).to_be_visible(timeout=10_000)
+            box.press("Enter")
             expect(box).to_have_value(partition, timeout=5_000)
             return
         except AssertionError:
             if attempt == attempts - 1:
                 raise
+            page.keyboard.press("Escape")
 
 
 def add_launch_tags(page: Page, tags: dict[str, str]) -> None:
