@@ -11,8 +11,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -26,6 +24,7 @@ from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 from backfill_assets.lib.warehouse.connect import open_warehouse
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from tests.reliability.harness import SPEC, Child, after_swap, expect_target, fault
+from tests.reliability.pg_sessions import backend_alive, session, wait_until, waiting_backends
 
 D = dt.date
 FIRST, END = D(2026, 1, 1), D(2026, 2, 1)
@@ -55,39 +54,6 @@ def states(wh: PostgresWarehouse) -> tuple[dict[dt.date, str], dict[dt.date, str
     old = wh.checksums(SPEC, FIRST, END)
     new = after_swap(old, wh.checksums(SPEC, PLAN_START, PLAN_END, shadow=True), PLAN_DAYS)
     return old, new
-
-
-@contextmanager
-def session(url: str) -> Iterator[psycopg.Connection[Any]]:
-    """Another session on the warehouse, in the warehouse's schema, in a transaction."""
-    wh = open_warehouse(url)
-    assert isinstance(wh, PostgresWarehouse)
-    with wh.connect() as con:
-        con.autocommit = False
-        try:
-            yield con
-        finally:
-            con.rollback()
-
-
-def waiting_backends(url: str) -> list[int]:
-    """Backends of backfill_assets waiting for a lock."""
-    with psycopg.connect(url.split("?")[0], autocommit=True) as con:
-        rows = con.execute(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'backfill_assets' "
-            "AND wait_event_type = 'Lock'"
-        ).fetchall()
-    return [r[0] for r in rows]
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_readers_during_swaps_and_rollbacks_see_all_old_or_all_new_never_a_mix(pg, postgres_url):
@@ -167,7 +133,7 @@ def test_a_swap_killed_half_way_leaves_the_target_all_old_and_swaps_again(
     # The server ends the killed session's transaction once it notices the client is gone.
     wait_until(
         "the killed session to end",
-        lambda: not _backend_alive(postgres_url, pid),
+        lambda: not backend_alive(postgres_url, pid),
     )
     expect_target("postgres swap killed half-way", pg.checksums(SPEC, FIRST, END), old)
     assert pg.swap_state(SPEC, "pk") is None
@@ -180,12 +146,6 @@ def test_a_swap_killed_half_way_leaves_the_target_all_old_and_swaps_again(
     expect_target("postgres swap after the killed one", pg.checksums(SPEC, FIRST, END), new)
     pg.rollback(SPEC, "pk")
     expect_target("postgres rollback after the killed swap", pg.checksums(SPEC, FIRST, END), old)
-
-
-def _backend_alive(url: str, pid: int) -> bool:
-    with psycopg.connect(url.split("?")[0], autocommit=True) as con:
-        row = con.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
-    return bool(row and row[0])
 
 
 def test_a_reader_holding_the_table_past_the_bound_fails_the_swap_clearly(pg, postgres_url):
