@@ -8,6 +8,7 @@ real, open transaction, blocked in a real lock wait.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import threading
 import time
@@ -23,6 +24,7 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 from backfill_assets.lib.warehouse.connect import open_warehouse
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.service.lease import holder_for_command
 from tests.reliability.harness import SPEC, Child, after_swap, expect_target, fault
 from tests.reliability.pg_sessions import backend_alive, session, wait_until, waiting_backends
 
@@ -146,6 +148,92 @@ def test_a_swap_killed_half_way_leaves_the_target_all_old_and_swaps_again(
     expect_target("postgres swap after the killed one", pg.checksums(SPEC, FIRST, END), new)
     pg.rollback(SPEC, "pk")
     expect_target("postgres rollback after the killed swap", pg.checksums(SPEC, FIRST, END), old)
+
+
+def test_a_live_write_between_the_swaps_copy_and_its_moves_waits_and_is_not_lost(
+    pg, postgres_url, tmp_path
+):
+    """Even from a writer that skips the writer lease. Early in its transaction the swap copies
+    the days of a partial week outside the plan (here Jan 5-6) from the live week into the
+    shadow week, and only later moves the weeks. A live write of Jan 6 committed in between
+    would go to the backup with the old live week, and the target would keep the copy made
+    before it. Every write transaction of a table holds the table's write lock until it ends,
+    so the write waits for the swap and then lands on the swapped week."""
+    old, new = states(pg)
+    day = D(2026, 1, 6)
+    land_raw_orders(pg, day, day + dt.timedelta(days=1), 7)
+    outcome: list[Any] = []
+    with session(postgres_url) as blocker:
+        # The swap records each week in swap_log right after copying its days: it waits there,
+        # with week 2's days copied.
+        blocker.execute("LOCK TABLE backfill_meta.swap_log IN SHARE MODE")
+        child = Child(CHILD_SWAP, {"URL": postgres_url}, tmp_path / "swap.log")
+        child.wait_for("swapping")
+        wait_until("the swap to wait for swap_log", lambda: waiting_backends(postgres_url))
+
+        def live_write() -> None:
+            try:
+                outcome.append(
+                    open_warehouse(postgres_url, lock_timeout_s=60).replace_partitions(
+                        SPEC, day, day + dt.timedelta(days=1), build=o.ORDERS_DAILY_SQL
+                    )
+                )
+            except Exception as e:  # asserted below
+                outcome.append(e)
+
+        writer = threading.Thread(target=live_write)
+        writer.start()
+        writer.join(timeout=2)
+        assert writer.is_alive(), f"the live write did not wait for the swap: {outcome}"
+    child.wait_for("committed")
+    writer.join(timeout=60)
+    assert outcome == [{day: 7}], outcome
+    after = pg.checksums(SPEC, FIRST, END)
+    written = after[day]
+    assert written.startswith("7:"), written
+    expect_target("postgres live write against a swap", after, {**new, day: written})
+    pg.rollback(SPEC, "pk")
+    expect_target("postgres rollback after the live write", pg.checksums(SPEC, FIRST, END),
+                  {**old, day: written})  # fmt: skip
+
+
+def test_a_write_of_one_table_waiting_inside_its_transaction_holds_up_no_other_table(
+    pg, postgres_url
+):
+    """The write lock is per table: while a shadow write of orders_daily waits inside its
+    transaction (behind a long reader), another table of the same database is written, its
+    writer lease claimed and a plan approved for it, each within a second."""
+    other = dataclasses.replace(SPEC, name="orders_copy")
+    quick = open_warehouse(postgres_url, lock_timeout_s=5)
+    quick.ensure_table(other)
+    outcome: list[Any] = []
+    with session(postgres_url) as reader:
+        reader.execute("LOCK TABLE orders_daily__shadow IN SHARE MODE")
+
+        def shadow_write() -> None:
+            try:
+                build = o.ORDERS_DAILY_SQL
+                outcome.append(
+                    pg.replace_partitions(
+                        SPEC, PLAN_START, PLAN_END, build=build, shadow=True, plan_id="pk"
+                    )
+                )
+            except Exception as e:  # asserted below
+                outcome.append(e)
+
+        writer = threading.Thread(target=shadow_write)
+        writer.start()
+        wait_until("the shadow write to wait", lambda: waiting_backends(postgres_url))
+        t0 = time.monotonic()
+        assert quick.replace_partitions(other, FIRST, END, build=o.ORDERS_DAILY_SQL_V1)
+        holder = holder_for_command("daily")
+        assert quick.claim_writer(other.name, holder).holder_id == holder.holder_id
+        assert quick.claim_plan(other.name, "pother") == "pother"
+        took = time.monotonic() - t0
+        assert writer.is_alive() and not outcome
+    writer.join(timeout=60)
+    assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
+    assert took < 1, f"another table's writes took {took:.1f} s"
 
 
 def test_a_reader_holding_the_table_past_the_bound_fails_the_swap_clearly(pg, postgres_url):

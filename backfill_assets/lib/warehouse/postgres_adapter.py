@@ -343,8 +343,18 @@ class PostgresWarehouse:
             )
 
     def _ensure_meta(self, con: Connection) -> None:
-        """The coordination tables; no table spec needed. Serialized by an advisory lock, since
-        concurrent CREATE ... IF NOT EXISTS can collide in PostgreSQL's catalog."""
+        """The coordination tables; no table spec needed. Creating them is serialized by an
+        advisory lock, since concurrent CREATE ... IF NOT EXISTS can collide in PostgreSQL's
+        catalog; once they exist nothing is locked here (the lock would last until COMMIT and
+        hold up every other table's writers)."""
+        row = _x(
+            con,
+            "SELECT to_regnamespace(%(s)s) IS NOT NULL AND to_regclass(%(c)s) IS NOT NULL "
+            "AND to_regclass(%(p)s) IS NOT NULL",
+            {"s": self.schema, "c": f"{M}.swap_companions", "p": f"{M}.plan_claims"},
+        ).fetchone()
+        if row and row[0]:
+            return
         _x(con, "SELECT pg_advisory_xact_lock(hashtext('backfill_assets:ensure'))")
         self._ensure_schema(con)
         if self._meta_ready(con) and self._companions_ready(con):
@@ -411,7 +421,17 @@ class PostgresWarehouse:
         return bool(row and row[0])
 
     def _ensure(self, con: Connection, spec: TableSpec) -> None:
+        """Take the table's write lock, then create what is missing. Every transaction that
+        writes the table (live or shadow rows, swap, rollback, release, drop) starts here, so
+        they take turns even without the writer lease: e.g. a live write never commits between
+        the swap's copy of a partial week's other days and its move of that week. Other tables
+        are not held up. The lock lasts until COMMIT or ROLLBACK."""
         self._check_names(spec)
+        _x(
+            con,
+            "SELECT pg_advisory_xact_lock(hashtext(%(k)s))",
+            {"k": f"backfill_assets:write:{self._key(spec.name)}"},
+        )
         self._ensure_meta(con)
         if not (self._exists(con, spec.name) and self._exists(con, spec.shadow_name)):
             cols = self._ddl_columns(spec)
