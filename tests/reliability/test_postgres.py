@@ -202,7 +202,8 @@ def test_a_write_of_one_table_waiting_inside_its_transaction_holds_up_no_other_t
 ):
     """The write lock is per table: while a shadow write of orders_daily waits inside its
     transaction (behind a long reader), another table of the same database is written, its
-    writer lease claimed and a plan approved for it, each within a second."""
+    writer lease claimed and a plan approved for it, none of them waiting (their lock bound is
+    5 s: when one lock was shared by every table's writes, the first write timed out)."""
     other = dataclasses.replace(SPEC, name="orders_copy")
     quick = open_warehouse(postgres_url, lock_timeout_s=5)
     quick.ensure_table(other)
@@ -224,16 +225,13 @@ def test_a_write_of_one_table_waiting_inside_its_transaction_holds_up_no_other_t
         writer = threading.Thread(target=shadow_write)
         writer.start()
         wait_until("the shadow write to wait", lambda: waiting_backends(postgres_url))
-        t0 = time.monotonic()
         assert quick.replace_partitions(other, FIRST, END, build=o.ORDERS_DAILY_SQL_V1)
         holder = holder_for_command("daily")
         assert quick.claim_writer(other.name, holder).holder_id == holder.holder_id
         assert quick.claim_plan(other.name, "pother") == "pother"
-        took = time.monotonic() - t0
         assert writer.is_alive() and not outcome
     writer.join(timeout=60)
     assert len(outcome) == 1 and isinstance(outcome[0], dict), outcome
-    assert took < 1, f"another table's writes took {took:.1f} s"
 
 
 def test_a_reader_holding_the_table_past_the_bound_fails_the_swap_clearly(pg, postgres_url):
