@@ -35,7 +35,7 @@ from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.batch_driver import pause_plan, start_plan
 from backfill_assets.service.planner import plan_backfill, plan_stale
 from backfill_assets.service.plans import approve_plan, load_plan, propose_plan
-from backfill_assets.service.runs import code_location, code_location_repository
+from backfill_assets.service.runs import code_location_repository
 from backfill_assets.service.tables import backfill_tables, refuse_bad_daily_jobs, table_for
 
 PLANS_PARTITIONS_DEF = dg.DynamicPartitionsDefinition(name=PLANS_PARTITIONS)
@@ -81,22 +81,21 @@ class PlanCommandConfig(dg.Config):
     requested_by: str = "dagster-ui"
 
 
-def _location(context: dg.OpExecutionContext):
-    graph = code_location(context)
-    if graph is None:
+def _location(context: dg.OpExecutionContext) -> tuple[Any, dict[str, BackfillableTable], Any]:
+    """The asset graph, tables and repository of the run's code location."""
+    repository = code_location_repository(context)
+    if repository is None:
         raise ExecutionRefused(
             "this job needs its code location (the asset lineage and the declared tables); "
             "launch it from the Dagster UI, or use the backfill-assets command line"
         )
-    return graph, backfill_tables(graph)
+    return repository.asset_graph, backfill_tables(repository.asset_graph), repository
 
 
-def _refuse_bad_daily_job(context: dg.OpExecutionContext, table: BackfillableTable) -> None:
+def _refuse_bad_daily_job(repository: Any, table: BackfillableTable) -> None:
     """As every CLI command that loads the code location: a daily job the guards cannot find
     by name would let batches run beside the real daily run."""
-    repository = code_location_repository(context)
-    if repository is not None:
-        refuse_bad_daily_jobs(repository, {table.key: table})
+    refuse_bad_daily_jobs(repository, {table.key: table})
 
 
 @dg.op(
@@ -106,12 +105,12 @@ def _refuse_bad_daily_job(context: dg.OpExecutionContext, table: BackfillableTab
     "proposed; read it on the backfill_plans asset page.",
 )
 def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig) -> str:
-    graph, tables = _location(context)
+    graph, tables, repository = _location(context)
+    table = table_for(tables, config.target, what="target")
     criteria = None
     if config.criteria_yaml.strip():
-        table = table_for(tables, config.target, what="target")
         criteria = load_criteria_yaml(config.criteria_yaml, table.criteria)
-    _refuse_bad_daily_job(context, table_for(tables, config.target, what="target"))
+    _refuse_bad_daily_job(repository, table)
     stale = config.stale or bool(config.built_by)
     if stale and (config.start or config.end):
         raise InvalidInput(
@@ -162,10 +161,10 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
     "table's batch driver) or `backfill-assets run`.",
 )
 def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -> str:
-    graph, tables = _location(context)
+    graph, tables, repository = _location(context)
     plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
     table = table_for(tables, plan.target, what=f"plan {plan.plan_id}'s target")
-    _refuse_bad_daily_job(context, table)
+    _refuse_bad_daily_job(repository, table)
     wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
     status = approve_plan(context.instance, wh, table, plan, config.approved_by, asset_graph=graph)
     context.log.info(f"plan {plan.plan_id} {status}")
