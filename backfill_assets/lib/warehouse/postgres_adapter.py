@@ -347,17 +347,11 @@ class PostgresWarehouse:
         advisory lock, since concurrent CREATE ... IF NOT EXISTS can collide in PostgreSQL's
         catalog; once they exist nothing is locked here (the lock would last until COMMIT and
         hold up every other table's writers)."""
-        row = _x(
-            con,
-            "SELECT to_regnamespace(%(s)s) IS NOT NULL AND to_regclass(%(c)s) IS NOT NULL "
-            "AND to_regclass(%(p)s) IS NOT NULL",
-            {"s": self.schema, "c": f"{M}.swap_companions", "p": f"{M}.plan_claims"},
-        ).fetchone()
-        if row and row[0]:
+        if self._meta_complete(con):
             return
         _x(con, "SELECT pg_advisory_xact_lock(hashtext('backfill_assets:ensure'))")
         self._ensure_schema(con)
-        if self._meta_ready(con) and self._companions_ready(con):
+        if self._meta_complete(con):
             return
         _x(con, f"CREATE SCHEMA IF NOT EXISTS {M}")
         _x(con, f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq")
@@ -416,8 +410,15 @@ class PostgresWarehouse:
         row = _x(con, f"SELECT to_regclass('{M}.plan_claims') IS NOT NULL").fetchone()
         return bool(row and row[0])
 
-    def _companions_ready(self, con: Connection) -> bool:
-        row = _x(con, f"SELECT to_regclass('{M}.swap_companions') IS NOT NULL").fetchone()
+    def _meta_complete(self, con: Connection) -> bool:
+        """Whether the warehouse schema and every coordination table exist (swap_companions,
+        added after the others, is checked apart from plan_claims)."""
+        row = _x(
+            con,
+            "SELECT to_regnamespace(%(s)s) IS NOT NULL AND to_regclass(%(p)s) IS NOT NULL "
+            "AND to_regclass(%(c)s) IS NOT NULL",
+            {"s": self.schema, "p": f"{M}.plan_claims", "c": f"{M}.swap_companions"},
+        ).fetchone()
         return bool(row and row[0])
 
     def _ensure(self, con: Connection, spec: TableSpec) -> None:
