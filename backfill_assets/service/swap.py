@@ -145,11 +145,13 @@ def published_materializations(
     for item in plan.impact:
         if item.asset_key not in keys:
             continue
-        parts: list[str | None] = (
-            list(item.partitions) if item.partitions != "all" and item.partitions else [None]
-        )
+        parts: list[str | None]
         if rebuilt.get(item.asset_key):
             parts = [str(k) for k in rebuilt[item.asset_key]]
+        elif item.partitions != "all" and item.partitions:
+            parts = list(item.partitions)
+        else:
+            parts = [None]
         out += [
             dg.AssetMaterialization(
                 asset_key=dg.AssetKey.from_user_string(item.asset_key),
