@@ -119,10 +119,10 @@ def gate_inputs(
         # row_number() over the hash cost more than the write being checked). Only sampled keys
         # are read from the target.
         ok_cols, join, select = sample_sql_parts(spec, unchanged, list(preds.values()))
-        seed = f"$plan || ':' || strftime({pc}, '%Y-%m-%d')"
         key_tuple = pk[0] if len(pk) == 1 else f"({', '.join(pk)})"
-        # The share to take of a partition is n / the rows its shadow write recorded, looked up
-        # by the row's day offset (a join of every row to the days cost more than the hash).
+        # The share to take of a partition is n / the rows its shadow write recorded, and its
+        # seed "<plan>:<day>", both looked up by the row's day offset (a join of every row to the
+        # days cost more than the hash; building the seed per row, a third of the filter).
         recorded = dict(
             con.execute(
                 f"SELECT partition_date, row_count FROM {METADATA_SCHEMA}.shadow_log "
@@ -149,13 +149,13 @@ def gate_inputs(
         cur = con.execute(
             f"WITH s AS (SELECT x.*{ok_cols} FROM {shadow} x "
             f"WHERE x.{pc} >= $s AND x.{pc} < $e AND hash({', '.join('x.' + k for k in pk)}, "
-            f"{seed.replace(pc, 'x.' + pc)})::DOUBLE < 18446744073709551615.0 * "
+            f"$seeds[(x.{pc} - $s::DATE) + 1])::DOUBLE < 18446744073709551615.0 * "
             f"$shares[(x.{pc} - $s::DATE) + 1]), "
             f"t AS (SELECT * FROM {live} WHERE {pc} >= $s AND {pc} < $e "
             f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
             f"SELECT {', '.join(outer)} FROM (SELECT {select} FROM s LEFT JOIN t ON {join}) q "
             f"ORDER BY q.{pc}, " + ", ".join(f"q.{k}" for k in pk),
-            {**rng, "plan": plan_id, "shares": shares},
+            {**rng, "shares": shares, "seeds": [f"{plan_id}:{d.isoformat()}" for d in days]},
         )
         names = [d[0] for d in cur.description]
         sampled_rows = cur.fetchall()
