@@ -31,6 +31,35 @@ from backfill_assets.lib.warehouse.identifiers import (
 )
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
+# Signed integer key types whose duplicates can be counted on a bitmap of the keys' range.
+_INTEGER_KEYS = frozenset(
+    {"TINYINT", "INT1", "SMALLINT", "INT2", "SHORT", "INTEGER", "INT4", "INT", "SIGNED",
+     "BIGINT", "INT8", "LONG"}
+)  # fmt: skip
+# The most bits such bitmaps may take over all of a batch's days (64 MiB); wider key ranges are
+# counted from the sorted keys.
+_BITMAP_MAX_BITS = 1 << 29
+
+
+def _bitmap_duplicates(
+    con: Any, spec: TableSpec, shadow: str, in_range: str, rng: Mapping[str, Any], n_days: int
+) -> str | None:
+    """An aggregate counting each day's duplicate keys exactly, from a bitmap of the key range
+    (`bitstring_agg`), when the key is one integer column whose values in the shadow span few
+    enough; else None. It counts what count(*) - count(DISTINCT key) counts, NULL keys too."""
+    if len(spec.primary_key) != 1:
+        return None
+    column = next(c for c in spec.columns if c.name == spec.primary_key[0])
+    if column.sql_type.strip().upper() not in _INTEGER_KEYS:
+        return None
+    key = quote_ident(column.name)
+    lo, hi = con.execute(
+        f"SELECT min({key})::BIGINT, max({key})::BIGINT FROM {shadow} WHERE {in_range}", rng
+    ).fetchone()
+    if lo is None or (hi - lo + 1) * n_days > _BITMAP_MAX_BITS:
+        return None
+    return f"count(*) - coalesce(bit_count(bitstring_agg({key}::BIGINT, {lo}, {hi})), 0)"
+
 
 def _weeks(
     spec: TableSpec, base: str, tables: Mapping[str, str], start: dt.date, end: dt.date
@@ -80,13 +109,18 @@ def gate_inputs(
         shadow = _weeks(spec, spec.shadow_name, tables[spec.shadow_name], start, end)
         live = _weeks(spec, spec.name, tables[spec.name], start, end)
         in_range = f"{pc} >= $s AND {pc} < $e"
-        # 1. The shadow: rows, fingerprint and invariant violations in one scan, and duplicate
-        # keys from the keys alone, sorted within each day: each row whose key equals the
-        # previous row's is one more than count(DISTINCT key) sees, and so is each NULL key.
+        # 1. The shadow: rows, duplicate keys, fingerprint and invariant violations per day.
         inv_names = list(invs)
         inv_aggs = "".join(f", count_if(({invs[n]}) IS NOT TRUE)" for n in inv_names)
+        bitmap = _bitmap_duplicates(con, spec, shadow, in_range, rng, len(days))
+        # Duplicates from a bitmap of an integer key's range, in the same scan; else from the
+        # keys alone, sorted within each day: each row whose key equals the previous row's is
+        # one more than count(DISTINCT key) sees, and so is each NULL key.
         shadow_stats = con.execute(
-            f"WITH k AS (SELECT {pc}, count_if(_key IS NULL) + count_if(_prev IS NOT NULL "
+            f"SELECT {pc}, count(*), {bitmap}{fingerprint}{inv_aggs} FROM {shadow} "
+            f"WHERE {in_range} GROUP BY ALL"
+            if bitmap
+            else f"WITH k AS (SELECT {pc}, count_if(_key IS NULL) + count_if(_prev IS NOT NULL "
             f"AND _key IS NOT DISTINCT FROM _prev) AS dups FROM (SELECT {pc}, {key} AS _key, "
             f"lag({key}) OVER (PARTITION BY {pc} ORDER BY {key} NULLS LAST) AS _prev "
             f"FROM {shadow} WHERE {in_range}) GROUP BY ALL), "
