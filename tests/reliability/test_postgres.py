@@ -255,6 +255,30 @@ def test_a_reader_holding_the_table_past_the_bound_fails_the_swap_clearly(pg, po
     expect_target("postgres swap after the reader left", pg.checksums(SPEC, FIRST, END), new)
 
 
+def test_a_session_holding_only_the_tables_write_lock_is_named_when_the_swap_gives_up(
+    pg, postgres_url
+):
+    """A writer that skipped the lease holds, between its statements, the table's write lock
+    and maybe none of its relations: the refusal still names it."""
+    old, new = states(pg)
+    bounded = PostgresWarehouse(postgres_url, lock_timeout_s=1, swap_lock_wait_s=0.3)
+    with session(postgres_url) as writer:
+        writer.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (pg._write_lock(SPEC),))
+        pid = writer.execute("SELECT pg_backend_pid()").fetchone()[0]  # type: ignore[index]
+        fault()
+        with pytest.raises(WarehouseError) as refused:
+            bounded.swap(SPEC, "pk", PLAN_DAYS)
+        message = str(refused.value)
+        assert "nothing was changed" in message
+        assert f"Held by: pid {pid} (idle in transaction, " in message
+        expect_target(
+            "postgres swap refused behind the write lock", pg.checksums(SPEC, FIRST, END), old
+        )
+    assert pg.swap_state(SPEC, "pk") is None
+    assert bounded.swap(SPEC, "pk", PLAN_DAYS).action == "swapped"  # once the writer is gone
+    expect_target("postgres swap after the writer left", pg.checksums(SPEC, FIRST, END), new)
+
+
 @pytest.mark.backends("postgres")
 def test_a_connection_dropped_mid_batch_fails_the_batch_and_a_rerun_resumes(
     defs, instance, history, backend, postgres_url

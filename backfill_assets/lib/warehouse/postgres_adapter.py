@@ -421,6 +421,10 @@ class PostgresWarehouse:
         ).fetchone()
         return bool(row and row[0])
 
+    def _write_lock(self, spec: TableSpec) -> str:
+        """The key of the table's write lock (an advisory lock on `hashtext(key)`)."""
+        return f"backfill_assets:write:{self._key(spec.name)}"
+
     def _ensure(self, con: Connection, spec: TableSpec) -> None:
         """Take the table's write lock, then create what is missing. Every transaction that
         writes the table (live or shadow rows, swap, rollback, release, drop) starts here, so
@@ -428,11 +432,7 @@ class PostgresWarehouse:
         the swap's copy of a partial week's other days and its move of that week. Other tables
         are not held up. The lock lasts until COMMIT or ROLLBACK."""
         self._check_names(spec)
-        _x(
-            con,
-            "SELECT pg_advisory_xact_lock(hashtext(%(k)s))",
-            {"k": f"backfill_assets:write:{self._key(spec.name)}"},
-        )
+        _x(con, "SELECT pg_advisory_xact_lock(hashtext(%(k)s))", {"k": self._write_lock(spec)})
         self._ensure_meta(con)
         if not (self._exists(con, spec.name) and self._exists(con, spec.shadow_name)):
             cols = self._ddl_columns(spec)
@@ -805,16 +805,22 @@ class PostgresWarehouse:
         )
 
     def _holders(self, spec: TableSpec) -> str:
-        """Who holds locks on the table (for the refusal), best effort."""
+        """Who holds locks on the table (for the refusal), best effort: sessions holding one of
+        its relations, or its write lock (a writer between statements may hold only that). An
+        advisory lock on one bigint shows in pg_locks as its high half (classid) and low half
+        (objid), with objsubid 1."""
         with suppress(psycopg.Error, WarehouseError), self.connect() as con:
             rows = _x(
                 con,
                 "SELECT DISTINCT a.pid, a.state, left(regexp_replace(a.query, '\\s+', ' ', 'g'), "
                 "80), extract(epoch FROM now() - a.xact_start)::int FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid JOIN pg_inherits i "
-                "ON l.relation IN (i.inhparent, i.inhrelid) WHERE i.inhparent = "
-                "to_regclass(%(t)s) AND l.granted AND a.pid <> pg_backend_pid() LIMIT 3",
-                {"t": self._q(spec.name)},
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.granted "
+                "AND a.pid <> pg_backend_pid() AND (l.relation IN (SELECT unnest(ARRAY["
+                "i.inhparent, i.inhrelid]) FROM pg_inherits i WHERE i.inhparent = "
+                "to_regclass(%(t)s)) OR (l.locktype = 'advisory' AND l.objsubid = 1 "
+                "AND l.classid = ((hashtext(%(k)s)::bigint >> 32) & 4294967295)::oid "
+                "AND l.objid = (hashtext(%(k)s)::bigint & 4294967295)::oid)) LIMIT 3",
+                {"t": self._q(spec.name), "k": self._write_lock(spec)},
             ).fetchall()
             if rows:
                 shown = "; ".join(f"pid {p} ({s}, {q!r}, {age}s)" for p, s, q, age in rows)
