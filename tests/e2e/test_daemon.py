@@ -51,6 +51,7 @@ from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import approve_plan, plan_statuses
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.swap import abandon_plan, release_backup
+from tests.helpers import poll
 
 pytestmark = pytest.mark.slow
 
@@ -137,14 +138,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, dev: Dev | None = None) -> Any:
     """Poll `check` until it returns something truthy; fail with `what` after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    tail = f"\n--- dagster dev log ---\n{dev.log_tail()}" if dev else ""
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
+    value = poll(check, timeout, 0.5)
+    if not value:
+        tail = f"\n--- dagster dev log ---\n{dev.log_tail()}" if dev else ""
+        pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
+    return value
 
 
 def start_dev(

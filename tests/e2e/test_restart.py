@@ -12,7 +12,6 @@ import datetime as dt
 import os
 import shutil
 import signal
-import time
 from collections import defaultdict
 
 import dagster as dg
@@ -35,20 +34,10 @@ from tests.e2e.test_daemon import (
     wait_for,
     window_around,
 )
+from tests.helpers import poll
 
 pytestmark = pytest.mark.slow
 BIG_DAY = 150_000  # orders a day in the plan's range
-
-
-def _poll(check, timeout: float):
-    """Poll fast (a batch's write lasts seconds): the first truthy value, or None."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    return None
 
 
 def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_duplicate(tmp_path):
@@ -84,7 +73,7 @@ def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_dupli
                 return None
 
             # Batch 1's writing step has started (it tagged its run with its process).
-            killed = _poll(batch_one_writing, RUN_TIMEOUT_S)
+            killed = poll(batch_one_writing, RUN_TIMEOUT_S, 0.05)  # fast: the write lasts seconds
             assert killed is not None, dev.log_tail()
         finally:
             # Everything at once: webserver, daemon, code server, run worker.

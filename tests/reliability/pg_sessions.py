@@ -3,7 +3,6 @@ would), the backends waiting for a lock, and whether a killed client's backend i
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -12,6 +11,7 @@ import psycopg
 
 from backfill_assets.lib.warehouse.connect import open_warehouse
 from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from tests.helpers import poll
 
 
 @contextmanager
@@ -38,13 +38,10 @@ def waiting_backends(url: str) -> list[int]:
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    value = poll(check, timeout, 0.05)
+    if not value:
+        raise AssertionError(f"timed out waiting for {what}")
+    return value
 
 
 def backend_alive(url: str, pid: int) -> bool:
