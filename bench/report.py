@@ -244,6 +244,7 @@ def _swap(r: dict[str, Any]) -> list[str]:
             str(v["live_week_tables"]),
             _f(v["swap_s"] * 1000, 1),
             _f(v["rollback_s"] * 1000, 1),
+            _f(v["daily_s"] * 1000, 1) if "daily_s" in v else "-",
             str(v["n"]),
         ]
         for k, v in r["variants"].items()
@@ -260,6 +261,7 @@ def _swap(r: dict[str, Any]) -> list[str]:
                 "live week tables",
                 "swap ms (median)",
                 "rollback ms (median)",
+                "daily write of a day ms (median)",
                 "runs",
             ],
             rows,

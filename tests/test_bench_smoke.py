@@ -93,6 +93,10 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     ):
         assert contenders[name]["status"] == "measured"
     assert_postgres_entries(doc["postgres"]["results"])
+    # The daily write's cost against both histories is reported beside the swap's.
+    swaps = doc["swap_scaling"]["results"]
+    assert [k for k in swaps["ratios"] if k.startswith("daily ")], swaps["ratios"]
+    assert all(v["daily_s"] > 0 for v in swaps["variants"].values())
     readers = doc["readers"]["results"]
     assert set(readers["shapes"]) == set(DUCKDB_SHAPES)
     assert readers["history"]["rows"] > 0 and readers["history"]["week_tables"] == 26

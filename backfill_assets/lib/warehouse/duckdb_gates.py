@@ -23,6 +23,7 @@ from backfill_assets.constants import METADATA_SCHEMA
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
+from backfill_assets.lib.warehouse.duckdb_adapter import week_union
 from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import (
     column_list,
@@ -68,10 +69,7 @@ def _weeks(
     hold [start, end), as one relation with the spec's columns, as the view reads them; the view
     when there are none yet."""
     names = [tables[week_id(w0)] for w0, _ in iso_weeks(start, end) if week_id(w0) in tables]
-    if not names:
-        return quote_ident(base)
-    cols = column_list(spec.column_names)
-    return "(" + " UNION ALL ".join(f"SELECT {cols} FROM {quote_ident(n)}" for n in names) + ")"
+    return week_union(spec, names) if names else quote_ident(base)
 
 
 def gate_inputs(
