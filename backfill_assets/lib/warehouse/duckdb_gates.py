@@ -130,8 +130,7 @@ def gate_inputs(
         ).fetchall()
         # 2. One scan of the target: rows and the same fingerprint.
         live_stats = con.execute(
-            f"SELECT {pc}, count(*){fingerprint} FROM {live} WHERE {pc} >= $s AND {pc} < $e "
-            "GROUP BY ALL",
+            f"SELECT {pc}, count(*){fingerprint} FROM {live} WHERE {in_range} GROUP BY ALL",
             rng,
         ).fetchall()
         # 3. Source rows per partition.
@@ -183,7 +182,7 @@ def gate_inputs(
             f"WHERE x.{pc} >= $s AND x.{pc} < $e AND hash({', '.join('x.' + k for k in pk)}, "
             f"$seeds[(x.{pc} - $s::DATE) + 1])::DOUBLE < 18446744073709551615.0 * "
             f"$shares[(x.{pc} - $s::DATE) + 1]), "
-            f"t AS (SELECT * FROM {live} WHERE {pc} >= $s AND {pc} < $e "
+            f"t AS (SELECT * FROM {live} WHERE {in_range} "
             f"AND {key_tuple} IN (SELECT {key_tuple} FROM s)) "
             f"SELECT {', '.join(outer)} FROM (SELECT {select} FROM s LEFT JOIN t ON {join}) q "
             f"ORDER BY q.{pc}, " + ", ".join(f"q.{k}" for k in pk),
