@@ -29,7 +29,7 @@ test: setup browser postgres
 	$(BIN)/ruff check backfill_assets tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pyright
-	$(BIN)/pytest -q -ra -n 2 --dist loadfile
+	$(BIN)/pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: setup
 	$(BIN)/ruff check backfill_assets tests bench
