@@ -313,12 +313,9 @@ class DuckDBWarehouse:
     ) -> None:
         """The view `base` over the template and its week tables (`weeks`, when the caller
         knows them; else read from the catalog)."""
-        cols = column_list(spec.column_names)
-        parts = [f"SELECT {cols} FROM {quote_ident(spec.name + TEMPLATE_SUFFIX)}"]
         found = self._week_tables(con, base) if weeks is None else weeks
-        for _, table in sorted(found.items()):
-            parts.append(f"SELECT {cols} FROM {quote_ident(table)}")
-        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(base)} AS " + " UNION ALL ".join(parts))
+        tables = [spec.name + TEMPLATE_SUFFIX, *(table for _, table in sorted(found.items()))]
+        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(base)} AS {week_union(spec, tables)}")
 
     def _create_week(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, name: str) -> None:
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
@@ -378,7 +375,7 @@ class DuckDBWarehouse:
             # From the week tables just written, not the view over every week: planning the
             # view grows with history (one day's checksums took 11 ms at 26 week tables and 42 ms
             # at 143).
-            sums = self._checksums(con, week_union(spec, written), spec, start, end)
+            sums = self._checksums(con, f"({week_union(spec, written)})", spec, start, end)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             if shadow:
                 con.execute(
@@ -1129,9 +1126,10 @@ def _days(start: dt.date, end: dt.date) -> list[dt.date]:
 
 
 def week_union(spec: TableSpec, tables: Sequence[str]) -> str:
-    """Week tables as one relation with the spec's columns, as the view over them reads them."""
+    """Tables as one query with the spec's columns: the view's body, and (in parentheses) the
+    relation the writes and the gates read their own week tables through."""
     cols = column_list(spec.column_names)
-    return "(" + " UNION ALL ".join(f"SELECT {cols} FROM {quote_ident(t)}" for t in tables) + ")"
+    return " UNION ALL ".join(f"SELECT {cols} FROM {quote_ident(t)}" for t in tables)
 
 
 def _move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:

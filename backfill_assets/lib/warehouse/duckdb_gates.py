@@ -69,7 +69,7 @@ def _weeks(
     hold [start, end), as one relation with the spec's columns, as the view reads them; the view
     when there are none yet."""
     names = [tables[week_id(w0)] for w0, _ in iso_weeks(start, end) if week_id(w0) in tables]
-    return week_union(spec, names) if names else quote_ident(base)
+    return f"({week_union(spec, names)})" if names else quote_ident(base)
 
 
 def gate_inputs(
