@@ -53,6 +53,38 @@ def test_gates_are_recorded_per_partition_with_readable_metadata(defs, instance,
     assert {"sampled_rows", "mismatch_rate", "fingerprint_equal"} <= set(sample[0].metadata)
 
 
+@pytest.mark.backends("embedded")
+def test_a_batch_opens_the_warehouse_once_for_its_write_and_its_gates(
+    defs, instance, history, monkeypatch
+):
+    """The batch's write and gates share one opening of the DuckDB file (a session): opening it
+    loads the catalog, and closing it drops the buffers holding the week the gates read."""
+    import sys
+
+    import duckdb
+
+    real = duckdb.connect
+    openers: list[list[str]] = []
+
+    def connect(database: object = ":memory:", *args: object, **kwargs: object) -> object:
+        if str(database) == history.path:
+            frame, names = sys._getframe(1), []
+            while frame is not None:
+                names.append(frame.f_code.co_name)
+                frame = frame.f_back
+            openers.append(names)
+        return real(database, *args, **kwargs)  # type: ignore[arg-type]
+
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    monkeypatch.setattr(duckdb, "connect", connect)
+    reports = execute(defs, instance, history, plan, max_batches=1)
+    monkeypatch.undo()
+    assert [r.status for r in reports] == ["passed"]
+    in_batch = [names for names in openers if "shadow" in names]  # the batch's op
+    assert [names for names in in_batch if "session" in names] != []
+    assert [n for n in in_batch if "replace_partitions" in n or "gate_inputs" in n] == []
+
+
 CORRUPTIONS = {
     # name: (SQL planted into the source of BAD_DAY, the gate that must catch it)
     "missing_row": (

@@ -9,6 +9,7 @@ from backfill_assets.errors import InvalidInput, WarehouseError
 from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
+from backfill_assets.lib.gates import evaluate_gates
 from backfill_assets.lib.spec import Column, TableSpec
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident
@@ -236,3 +237,61 @@ def test_a_swap_and_a_rollback_leave_their_checkpoint_to_the_next_write_and_are_
     seeded.replace_partitions(SPEC, D(2026, 1, 25), D(2026, 1, 26), build=ORDERS_SQL)
     assert not wal.exists()  # checkpointed by the next write, the swap and rollback with it
     assert _read_elsewhere(path) == before
+
+
+_OPEN_ELSEWHERE = """
+import sys, duckdb
+try:
+    duckdb.connect(sys.argv[1], read_only=True).close()
+    print("opened")
+except duckdb.IOException as e:
+    print("locked" if "lock" in str(e).lower() else f"error: {e}")
+"""
+
+
+def _open_elsewhere(path: Path) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _OPEN_ELSEWHERE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def _outcomes(wh: DuckDBWarehouse, start: dt.date, end: dt.date, plan_id: str) -> list[tuple]:
+    gates = evaluate_gates(wh, SPEC, ORDERS.criteria, start, end, plan_id)
+    return [(g.check_name, g.partition, g.passed, g.description, g.metadata) for g in gates]
+
+
+def test_a_session_keeps_the_file_open_and_its_writes_commit_and_checkpoint_as_alone(seeded):
+    """A batch's write and its gates share one opening of the file (`session`): another
+    process waits for the file as it waits for a write; each write inside commits and
+    checkpoints as it would alone; the gates find the same as outside a session."""
+    path, wal = Path(seeded.path), Path(seeded.path + ".wal")
+    start, end = D(2026, 1, 12), D(2026, 1, 19)
+    shadow(seeded, "ps", start, end)
+    # A wrong unchanged column on one day, for the gates to find.
+    seeded.execute(
+        'UPDATE "orders_daily__shadow__w2026w03" SET gross_amount = gross_amount + 1 '
+        "WHERE order_date = DATE '2026-01-14'"
+    )
+    alone = _outcomes(seeded, start, end, "ps")
+    assert [(c, p) for c, p, ok, _, _ in alone if not ok] == [("sample_gate", "2026-01-14")]
+    assert _open_elsewhere(path) == "opened"
+
+    with seeded.session():
+        assert _open_elsewhere(path) == "locked"
+        seeded.replace_partitions(SPEC, D(2026, 1, 25), D(2026, 1, 26), build=ORDERS_SQL)
+        assert not wal.exists() or wal.stat().st_size == 0  # committed and checkpointed
+        with seeded.session():  # nested: the same session
+            assert _outcomes(seeded, start, end, "ps") == alone
+        assert _open_elsewhere(path) == "locked"
+    assert _open_elsewhere(path) == "opened"
+    assert seeded.query(
+        "SELECT count(*) FROM orders_daily WHERE order_date = DATE '2026-01-25'"
+    ) == [(100,)]

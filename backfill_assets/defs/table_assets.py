@@ -75,7 +75,7 @@ from backfill_assets.service.swap import (
     swap_materializations,
 )
 from backfill_assets.service.tables import backfill_tables, daily_job_problems
-from backfill_assets.service.writes import write_partitions
+from backfill_assets.service.writes import prepared_build, write_partitions
 
 DRIVER_INTERVAL_SECONDS = 15
 REFRESH_INTERVAL_SECONDS = 15
@@ -247,9 +247,18 @@ def table_definitions(
         criteria = plan_criteria(context.instance, plan_id) or table.criteria
         start, end = partition_dates(context)
         _claim(context, wh, table, ROLE_BATCH, plan_id)
-        counts = write_partitions(wh, table, start, end, shadow=True, plan_id=plan_id)
-        yield dg.MaterializeResult(metadata={**_rows_metadata(context, counts), "plan_id": plan_id})
-        outcomes = evaluate_gates(wh, spec, criteria, start, end, plan_id)
+        # A Python build runs before the warehouse is opened; the write and the gates then share
+        # one opening of it (DuckDB: the catalog loaded once, the week just written still in
+        # its buffers).
+        build = prepared_build(table, start, end)
+        with wh.session():
+            counts = write_partitions(
+                wh, table, start, end, shadow=True, plan_id=plan_id, build=build
+            )
+            yield dg.MaterializeResult(
+                metadata={**_rows_metadata(context, counts), "plan_id": plan_id}
+            )
+            outcomes = evaluate_gates(wh, spec, criteria, start, end, plan_id)
         yield from gate_events(context, shadow_key, outcomes)
 
     batch_job = dg.define_asset_job(

@@ -10,10 +10,23 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from backfill_assets.lib.frames import check_frame
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from backfill_assets.lib.warehouse.dialects import SQL
+
+
+def prepared_build(table: BackfillableTable, start: dt.date, end: dt.date) -> SQL | pd.DataFrame:
+    """The table's SQL build, or its Python build's DataFrame for [start, end), checked."""
+    if isinstance(table.build, str | Mapping):
+        return table.build
+    return check_frame(table.spec, table.build(start, end), start, end)
 
 
 def write_partitions(
@@ -24,12 +37,12 @@ def write_partitions(
     *,
     shadow: bool,
     plan_id: str | None = None,
+    build: SQL | pd.DataFrame | None = None,
 ) -> dict[dt.date, int]:
-    """Replace days [start, end) of the live table or its shadow; rows written per day."""
-    if isinstance(table.build, str | Mapping):
-        build = table.build
-    else:
-        build = check_frame(table.spec, table.build(start, end), start, end)
+    """Replace days [start, end) of the live table or its shadow; rows written per day.
+    `build`: what `prepared_build` returned, when the caller ran it first."""
+    if build is None:
+        build = prepared_build(table, start, end)
     return wh.replace_partitions(
         table.spec, start, end, build=build, shadow=shadow, plan_id=plan_id
     )

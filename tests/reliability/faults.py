@@ -7,6 +7,8 @@ that calls `hook(step)` around the statements of its transactions:
 - after `INSERT INTO "t" ...`:                "inserted t"
 - after `ALTER TABLE "a" RENAME TO "b"`:       "renamed a to b"
 - before `COMMIT`:                            "before commit"
+- after `CHECKPOINT` (a write committed inside a session of the warehouse, e.g. a batch's
+  shadow write before its gates):             "checkpointed"
 
 A hook raises to fail the transaction at that point (it must roll back), or pauses so that a
 SIGKILL lands inside the open transaction. Child processes import this module too.
@@ -47,6 +49,8 @@ class _Connection:
         if sql.strip().upper() == "COMMIT":
             self._hook("before commit")
         result = self._con.execute(sql, *args, **kw)
+        if sql.strip().upper() == "CHECKPOINT":
+            self._hook("checkpointed")
         step = step_of(sql)
         if step is not None:
             self._hook(step)

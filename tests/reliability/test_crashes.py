@@ -20,7 +20,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG, driver_sensor
+from backfill_assets.constants import BATCH_TAG, GATE_NAMES, PLAN_ID_TAG, driver_sensor
 from backfill_assets.errors import WarehouseError
 from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
@@ -261,6 +261,39 @@ def test_a_batch_killed_mid_shadow_write_leaves_the_target_untouched_and_a_rerun
     assert sum(facts.duplicates.values()) == 0
     expect_target("batch killed mid-write, rerun", _history(history), old)
     _swap_then_rollback("batch killed mid-write", instance, history, plan, old)
+
+
+@pytest.mark.slow
+def test_a_batch_killed_between_its_committed_write_and_its_gates_is_rerun_whole(
+    defs, instance, history, warehouse_path, tmp_path
+):
+    # The batch's write and gates share one opening of the file (a session): the write is
+    # committed and checkpointed inside it, and the kill lands before any gate ran.
+    plan = make_plan(defs, instance, history, START, END)
+    old = _history(history)
+    child = _execute_child(instance, warehouse_path, tmp_path, plan.plan_id, "checkpointed")
+    child.wait_for("paused at")  # batch 1 wrote its shadow days and has checked none
+    child.kill()
+
+    expect_target("batch killed before its gates", _history(history), old)
+    first, second = plan.batches
+    # The committed write survived the kill whole; no gate of it was recorded.
+    assert len(history.checksums(SPEC, first.start, first.end_exclusive, shadow=True)) == 5
+    assert history.checksums(SPEC, second.start, second.end_exclusive, shadow=True) == {}
+    assert _runs_by_batch(instance, plan.plan_id) == {"1": ["STARTED"]}
+    keys = [dg.AssetCheckKey(dg.AssetKey(plan.shadow), g) for g in GATE_NAMES]
+    infos = instance.event_log_storage.get_asset_check_partition_info(keys)
+    assert [i for i in infos if i.latest_execution_status.value != "PLANNED"] == []
+
+    # Unchecked, the batch has not passed: the rerun writes and checks it again, then batch 2.
+    reports = _execute(defs, instance, history, plan)
+    assert [r.status for r in reports] == ["passed", "passed"]
+    assert _runs_by_batch(instance, plan.plan_id) == {
+        "1": ["FAILURE", "SUCCESS"],
+        "2": ["SUCCESS"],
+    }
+    expect_target("batch killed before its gates, rerun", _history(history), old)
+    _swap_then_rollback("batch killed before its gates", instance, history, plan, old)
 
 
 @pytest.mark.slow

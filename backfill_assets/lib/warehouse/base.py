@@ -352,6 +352,11 @@ class Warehouse(Protocol):
 
     def transaction(self) -> AbstractContextManager[Any]: ...
 
+    def session(self) -> AbstractContextManager[None]:
+        """Calls made inside may share one connection (DuckDB: the file stays open between a
+        batch's write and its gates); each write is still its own transaction."""
+        ...
+
 
 def iter_days(start: dt.date, end: dt.date) -> Iterator[dt.date]:
     """Every day of [start, end)."""

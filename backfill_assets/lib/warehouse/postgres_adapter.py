@@ -157,6 +157,12 @@ class PostgresWarehouse:
             con.close()
 
     @contextmanager
+    def session(self) -> Iterator[None]:
+        """Nothing to keep open: the gates run their queries side by side, each on a connection
+        of its own."""
+        yield
+
+    @contextmanager
     def transaction(self, *, lock_wait_s: float | None = None) -> Iterator[Connection]:
         """One transaction: committed whole, or rolled back whole on any error. Waits for a lock
         at most `lock_wait_s` (default `lock_timeout_s`), then raises WarehouseError."""

@@ -178,6 +178,14 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
 
 def render_predicate(predicate: str, columns: Iterable[str], dialect: str = "duckdb") -> str:
     """The validated predicate as SQL for `dialect` ("duckdb" or "postgres")."""
+    if not isinstance(predicate, str):
+        validate_predicate(predicate, columns)  # raises, saying why
+    # Each batch's gates render the plan's same few predicates: parsed once per process.
+    return _render(predicate, tuple(columns), dialect)
+
+
+@lru_cache(maxsize=512)
+def _render(predicate: str, columns: tuple[str, ...], dialect: str) -> str:
     validate_predicate(predicate, columns)
     declared = {c.lower(): c for c in columns}
     tree = _parse(predicate, frozenset(declared))
