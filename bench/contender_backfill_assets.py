@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +46,11 @@ def run_backfill_assets_pg(url: str, start: dt.date, end: dt.date) -> dict[str, 
 
 
 def backfill_in_weeks(
-    wh: Warehouse, start: dt.date, end: dt.date, plan_id: str = PLAN_ID
+    wh: Warehouse, start: dt.date, end: dt.date, plan_id: str = PLAN_ID, *, session: bool = True
 ) -> dict[str, Any]:
-    """Shadow write + gates per ISO week of [start, end), then one swap of every day."""
+    """Shadow write + gates per ISO week of [start, end), then one swap of every day.
+    `session=False`: the write and the gates each open the warehouse (before 2026-12-01; for
+    `bench.session_gain`)."""
     wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
     write_s = gates_s = 0.0
     batches = 0
@@ -55,7 +58,7 @@ def backfill_in_weeks(
         # As the batch's op: the write and the gates in one session of the warehouse, whose
         # opening and closing count as the write's (they were the write's own before).
         t0 = time.perf_counter()
-        with wh.session():
+        with wh.session() if session else nullcontext():
             wh.replace_partitions(
                 ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id
             )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backfill_assets.constants import SAMPLE_CHECK, WEEK_INFIX
+from backfill_assets.constants import METADATA_SCHEMA, SAMPLE_CHECK, WEEK_INFIX
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import iso_weeks, week_id
@@ -156,7 +156,7 @@ CORRUPTIONS = [
         "unchanged_column_0.1pct",
         lambda n: max(1, round(n * 0.001)),
         "UPDATE {t} SET gross_amount = gross_amount + 0.01 WHERE order_id IN ({pick})",
-        None,
+        0.99,
     ),
     Corruption(
         "invariant_1pct",
@@ -218,6 +218,10 @@ def _sampled_rows_caught(outcomes: list[GateOutcome]) -> bool:
     return False
 
 
+def _rows_sampled(outcomes: list[GateOutcome]) -> int:
+    return next(int(g.metadata["sampled_rows"]) for g in outcomes if g.check_name == SAMPLE_CHECK)
+
+
 def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     path = fresh_copy(templates.weekly, ctx.workdir / "gates_detect.duckdb")
     wh = DuckDBWarehouse(path)
@@ -228,9 +232,17 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
     trials[CONTROL] = []
     for seed in range(ctx.size.detection_seeds):
         rng = random.Random(seed)
+        # A different gate sample per seed: the sample is seeded with the plan, and takes
+        # n / the rows the plan's write recorded of each day. The week is the same shadow, so
+        # it is recorded as the seed's plan's (a gate under a plan that wrote nothing would
+        # sample every row, and the sample alone would catch everything).
+        plan_id = f"detect_s{seed}"
+        wh.execute(
+            f"UPDATE {METADATA_SCHEMA}.shadow_log SET plan_id = $p WHERE table_name = $t",
+            {"p": plan_id, "t": ORDERS_SPEC.name},
+        )
         for c in [None, *CORRUPTIONS]:
             day = w0 + dt.timedelta(days=rng.randrange((w1 - w0).days))
-            plan_id = f"detect_s{seed}"  # a different gate sample per seed
             planted = plant(wh, c, day, random.Random(f"{seed}-{c.name}")) if c else 0
             outcomes = evaluate_gates(
                 wh, ORDERS_SPEC, ORDERS_CRITERIA, day, day + dt.timedelta(days=1), plan_id
@@ -242,7 +254,7 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
                     day + dt.timedelta(days=1),
                     build=ORDERS_SQL,
                     shadow=True,
-                    plan_id="detect",
+                    plan_id=plan_id,
                 )
             failed = sorted({g.check_name for g in outcomes if not g.passed})
             trials[c.name if c else CONTROL].append(
@@ -253,6 +265,7 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
                     "caught": bool(failed),
                     "failed_gates": failed,
                     "sampled_rows_caught": _sampled_rows_caught(outcomes),
+                    "rows_sampled": _rows_sampled(outcomes),
                 }
             )
         print(f"  gates detection seed {seed + 1}/{ctx.size.detection_seeds}", flush=True)
@@ -271,6 +284,7 @@ def summarise_detection(trials: dict[str, list[dict[str, Any]]]) -> dict[str, An
             "rows_planted_median": median([t["rows_planted"] for t in ts]),
             "caught_share": sum(t["caught"] for t in ts) / len(ts),
             "sampled_rows_alone_share": sum(t["sampled_rows_caught"] for t in ts) / len(ts),
+            "rows_sampled_median": median([t["rows_sampled"] for t in ts]),
             "failed_gate_counts": by_gate,
         }
     goals = [

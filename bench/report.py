@@ -288,6 +288,7 @@ def _gates(r: dict[str, Any]) -> list[str]:
             str(v["trials"]),
             f"{v['rows_planted_median']:g}",
             f"{v['caught_share']:.0%}",
+            f"{v['rows_sampled_median']:g}",
             f"{v['sampled_rows_alone_share']:.0%}",
             ", ".join(f"{g} {n}" for g, n in sorted(v["failed_gate_counts"].items())) or "-",
         ]
@@ -299,6 +300,7 @@ def _gates(r: dict[str, Any]) -> list[str]:
             "trials",
             "rows",
             "caught by gates",
+            "rows sampled",
             "by sampled rows alone",
             "failing gates (trials)",
         ],
