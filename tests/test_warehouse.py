@@ -290,8 +290,10 @@ def test_a_session_keeps_the_file_open_and_its_writes_commit_and_checkpoint_as_a
         assert not wal.exists() or wal.stat().st_size == 0  # committed and checkpointed
         with seeded.session():  # nested: the same session
             assert _outcomes(seeded, start, end, "ps") == alone
+        # Another adapter of the file in this process reads through the session too (DuckDB
+        # would refuse it a read-only opening of a file this process holds open).
+        other = DuckDBWarehouse(Path(seeded.path).parent / "." / path.name, lock_timeout_s=2)
+        assert other.query("SELECT count(*) FROM orders_daily WHERE order_date = $d",
+                           {"d": D(2026, 1, 25)}) == [(100,)]  # fmt: skip
         assert _open_elsewhere(path) == "locked"
     assert _open_elsewhere(path) == "opened"
-    assert seeded.query(
-        "SELECT count(*) FROM orders_daily WHERE order_date = DATE '2026-01-25'"
-    ) == [(100,)]

@@ -24,6 +24,7 @@ processes).
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import time
 from collections import defaultdict
@@ -70,6 +71,11 @@ def _monday_of(week: str) -> dt.date:
     return dt.date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
 
 
+# The open connection of each file a session holds, by real path: every adapter of that file in
+# this process connects through it while the session lasts.
+_SESSIONS: dict[str, duckdb.DuckDBPyConnection] = {}
+
+
 class DuckDBWarehouse:
     """Short-lived connections to one DuckDB file (DuckDB allows one writing process per file)."""
 
@@ -78,7 +84,6 @@ class DuckDBWarehouse:
     def __init__(self, path: str | Path, lock_timeout_s: float = 30.0):
         self.path = str(path)
         self.lock_timeout_s = lock_timeout_s
-        self._held: duckdb.DuckDBPyConnection | None = None
 
     @property
     def location(self) -> str:
@@ -96,24 +101,31 @@ class DuckDBWarehouse:
         connection reads through the session's writable one, and each write is still its own
         transaction, checkpointed when it commits. Other processes wait for the file until the
         session ends, as they wait for a write, so keep sessions to work that does not wait on
-        anything else. Nested sessions are one session.
+        anything else. Nested sessions are one session, and so are sessions of other adapters
+        of the same file in this process (DuckDB refuses a second, read-only opening of a file
+        a process holds open).
         """
-        if self._held is not None:
+        key = os.path.realpath(self.path)
+        if key in _SESSIONS:
             yield
             return
         with self.connect() as con:
-            self._held = con
+            _SESSIONS[key] = con
             try:
                 yield
             finally:
-                self._held = None
+                del _SESSIONS[key]
+
+    def _held(self) -> duckdb.DuckDBPyConnection | None:
+        return _SESSIONS.get(os.path.realpath(self.path)) if _SESSIONS else None
 
     @contextmanager
     def connect(self, read_only: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """Open the file, waiting up to `lock_timeout_s` while another process holds it; inside
         a `session`, a cursor of its connection."""
-        if self._held is not None:
-            cursor = self._held.cursor()
+        held = self._held()
+        if held is not None:
+            cursor = held.cursor()
             try:
                 yield cursor
             finally:
@@ -174,7 +186,7 @@ class DuckDBWarehouse:
         and a reader opening the file before then replays it. A checkpoint rewrites the catalog,
         which grows with every week table, so it was 7-25 ms of a 35-60 ms swap or rollback.
         """
-        in_session = self._held is not None
+        in_session = self._held() is not None
         with self.connect() as con:
             if not checkpoint and not in_session:  # the pragma holds for the whole session
                 con.execute("PRAGMA disable_checkpoint_on_shutdown")
