@@ -201,19 +201,23 @@ print(con.execute(
 """
 
 
-def _read_elsewhere(path: Path) -> str:
-    """The swapped range as a new process reads it: opening the file replays its log."""
+def _in_another_process(code: str, path: Path) -> str:
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-c", _READ_IN_ANOTHER_PROCESS, str(path)],
+        [sys.executable, "-c", code, str(path)],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
     )
     return done.stdout.strip()
+
+
+def _read_elsewhere(path: Path) -> str:
+    """The swapped range as a new process reads it: opening the file replays its log."""
+    return _in_another_process(_READ_IN_ANOTHER_PROCESS, path)
 
 
 def test_a_swap_and_a_rollback_leave_their_checkpoint_to_the_next_write_and_are_durable(seeded):
@@ -250,17 +254,8 @@ except duckdb.IOException as e:
 
 
 def _open_elsewhere(path: Path) -> str:
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-c", _OPEN_ELSEWHERE, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return done.stdout.strip()
+    """Whether a new process can open the file now: "opened" or "locked"."""
+    return _in_another_process(_OPEN_ELSEWHERE, path)
 
 
 def _outcomes(wh: DuckDBWarehouse, start: dt.date, end: dt.date, plan_id: str) -> list[tuple]:
