@@ -27,6 +27,7 @@ from backfill_assets.lib.gates.evaluate import GateOutcome, evaluate_gates
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
 from bench.config import BenchContext
+from bench.contender_backfill_assets import timed_batch
 from bench.data import Templates, fresh_copy
 from bench.load import agree, agreement, clean_values, kept, note, round_load, summary
 from bench.measure import BenchError, goal, median
@@ -67,25 +68,8 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
         plan_id = f"gate_cost_r{rnd}"
         with ctx.load.span() as span:
             for w0, w1 in weeks:
-                # As the batch's op: one session of the warehouse for the write and the gates,
-                # whose opening and closing are counted as the write's.
-                t0 = time.perf_counter()
-                with wh.session():
-                    wh.replace_partitions(
-                        ORDERS_SPEC, w0, w1, build=ORDERS_SQL, shadow=True, plan_id=plan_id
-                    )
-                    t1 = time.perf_counter()
-                    timed = TimedWarehouse(wh)
-                    outcomes = evaluate_gates(
-                        timed,  # type: ignore[arg-type]
-                        ORDERS_SPEC,
-                        ORDERS_CRITERIA,
-                        w0,
-                        w1,
-                        plan_id,
-                    )
-                    t2 = time.perf_counter()
-                t3 = time.perf_counter()
+                timed = TimedWarehouse(wh)
+                write_s, gates_s, outcomes = timed_batch(wh, w0, w1, plan_id, gates_wh=timed)
                 if not all(g.passed for g in outcomes):
                     raise BenchError(f"gates failed on a correct shadow for {w0}..{w1}")
                 samples.append(
@@ -93,9 +77,9 @@ def measure_cost(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
                         "round": rnd,
                         "week": week_id(w0),
                         "days": (w1 - w0).days,
-                        "write_s": (t1 - t0) + (t3 - t2),
-                        "gates_s": t2 - t1,
-                        "share": (t2 - t1) / ((t1 - t0) + (t3 - t2)),
+                        "write_s": write_s,
+                        "gates_s": gates_s,
+                        "share": gates_s / write_s,
                         "by_query_s": timed.seconds,
                     }
                 )
