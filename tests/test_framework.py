@@ -69,6 +69,43 @@ def test_the_factory_refuses_what_is_not_a_table():
         backfill_definitions(["orders_daily"])  # type: ignore[list-item]
 
 
+def _sensor_intervals(defs: dg.Definitions) -> dict[str, int | None]:
+    repo = defs.get_repository_def()
+    return {
+        s.name: s.minimum_interval_seconds
+        for s in repo.sensor_defs
+        if s.name in ("orders_daily__batch_driver", "orders_daily__refresh_after_swap")
+    }
+
+
+def test_the_sensors_interval_comes_from_the_factory_or_the_environment_and_bad_ones_are_refused(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    from backfill_assets import InvalidInput, backfill_definitions
+    from backfill_assets.defs.factory import SENSOR_INTERVAL_ENV
+    from backfill_assets.example.declaration import ORDERS
+
+    monkeypatch.delenv(SENSOR_INTERVAL_ENV, raising=False)
+    default = _sensor_intervals(backfill_definitions([ORDERS]))
+    assert default == {"orders_daily__batch_driver": 15, "orders_daily__refresh_after_swap": 15}
+    given = _sensor_intervals(backfill_definitions([ORDERS], sensor_interval_s=7))
+    assert set(given.values()) == {7}
+    monkeypatch.setenv(SENSOR_INTERVAL_ENV, " 9 ")
+    assert set(_sensor_intervals(backfill_definitions([ORDERS])).values()) == {9}
+    # The argument wins over the environment.
+    given = _sensor_intervals(backfill_definitions([ORDERS], sensor_interval_s=60))
+    assert set(given.values()) == {60}
+
+    for text in ("soon", "7.5", "0", "4", "3601", "-15"):
+        monkeypatch.setenv(SENSOR_INTERVAL_ENV, text)
+        with pytest.raises(InvalidInput, match=rf"{SENSOR_INTERVAL_ENV}='{text}' must be a whole"):
+            backfill_definitions([ORDERS])
+    monkeypatch.delenv(SENSOR_INTERVAL_ENV)
+    for value in (7.5, True, 4, 3601, "x"):
+        with pytest.raises(InvalidInput, match=r"sensor_interval_s=.* from 5 .* to 3600"):
+            backfill_definitions([ORDERS], sensor_interval_s=value)  # type: ignore[arg-type]
+
+
 def test_a_daily_job_that_does_not_exist_or_write_the_table_is_refused(defs):
     from dataclasses import replace
 

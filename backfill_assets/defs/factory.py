@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import dagster as dg
@@ -9,7 +10,7 @@ import dagster as dg
 from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
 from backfill_assets.defs.control import CONTROL_DEFINITIONS
 from backfill_assets.defs.resources import DEFAULT_WAREHOUSE, WarehouseResource
-from backfill_assets.defs.table_assets import table_definitions
+from backfill_assets.defs.table_assets import DEFAULT_SENSOR_INTERVAL_S, table_definitions
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.connect import dialect_of, open_warehouse
@@ -17,6 +18,36 @@ from backfill_assets.lib.warehouse.dialects import sql_for
 from backfill_assets.service.downstream import DbtDownstream
 
 _CHECKED: set[tuple[str, str, int]] = set()
+SENSOR_INTERVAL_ENV = "BACKFILL_ASSETS_SENSOR_INTERVAL_S"
+# Dagster's sensor daemon looks at its sensors every 5 s: a shorter interval changes nothing.
+MIN_SENSOR_INTERVAL_S = 5
+MAX_SENSOR_INTERVAL_S = 3600
+
+
+def sensor_interval(value: int | str | None) -> int:
+    """The sensors' interval in seconds: `value` (an int, or the text of the environment
+    variable), else BACKFILL_ASSETS_SENSOR_INTERVAL_S, else 15. Refused unless a whole number
+    from 5 to 3600."""
+    source = "sensor_interval_s"
+    if value is None:
+        value, source = os.environ.get(SENSOR_INTERVAL_ENV), SENSOR_INTERVAL_ENV
+        if value is None or not value.strip():
+            return DEFAULT_SENSOR_INTERVAL_S
+    try:
+        seconds = int(value)
+    except (TypeError, ValueError):
+        seconds = None
+    if (
+        seconds is None
+        or isinstance(value, bool | float)
+        or not MIN_SENSOR_INTERVAL_S <= seconds <= MAX_SENSOR_INTERVAL_S
+    ):
+        raise InvalidInput(
+            f"{source}={value!r} must be a whole number of seconds from {MIN_SENSOR_INTERVAL_S} "
+            f"(how often Dagster's sensor daemon looks) to {MAX_SENSOR_INTERVAL_S}; unset, it "
+            f"is {DEFAULT_SENSOR_INTERVAL_S}"
+        )
+    return seconds
 
 
 def backfill_definitions(
@@ -25,6 +56,7 @@ def backfill_definitions(
     warehouse: WarehouseResource | None = None,
     control: bool = True,
     downstream_dbt: DbtDownstream | None = None,
+    sensor_interval_s: int | None = None,
 ) -> dg.Definitions:
     """The Dagster definitions that make `tables` backfillable, to merge with your own.
 
@@ -49,6 +81,10 @@ def backfill_definitions(
             them on their dbt tests and publishes them with the target in one transaction
             (needs the macros of backfill_assets/dbt/backfill_assets_shadow.sql in the dbt
             project). None: they are refreshed after the swap, in place.
+        sensor_interval_s: the least seconds between two evaluations of each table's batch
+            driver and refresh sensors, so how soon a batch follows the one before it (5 to
+            3600). Default: the `BACKFILL_ASSETS_SENSOR_INTERVAL_S` environment variable, read
+            when the code location loads, else 15.
     """
     tables = list(tables)
     for t in tables:
@@ -61,9 +97,13 @@ def backfill_definitions(
         raise InvalidInput(f"backfill_definitions got the same table twice: {sorted(names)}")
     if not tables and not control:
         raise InvalidInput("backfill_definitions needs at least one BackfillableTable")
+    interval = sensor_interval(sensor_interval_s)
     refuse_builds_that_cannot_run(tables, warehouse or DEFAULT_WAREHOUSE)
     return dg.Definitions.merge(
-        *(table_definitions(t, downstream=downstream_dbt) for t in tables),
+        *(
+            table_definitions(t, downstream=downstream_dbt, sensor_interval_s=interval)
+            for t in tables
+        ),
         *([CONTROL_DEFINITIONS] if control else []),
         dg.Definitions(resources={WAREHOUSE_RESOURCE_KEY: warehouse or DEFAULT_WAREHOUSE}),
     )

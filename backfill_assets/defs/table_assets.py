@@ -77,8 +77,9 @@ from backfill_assets.service.swap import (
 from backfill_assets.service.tables import backfill_tables, daily_job_problems
 from backfill_assets.service.writes import prepared_build, write_partitions
 
-DRIVER_INTERVAL_SECONDS = 15
-REFRESH_INTERVAL_SECONDS = 15
+# The least seconds between two evaluations of a table's batch driver and refresh sensors
+# (backfill_definitions' `sensor_interval_s`, or BACKFILL_ASSETS_SENSOR_INTERVAL_S).
+DEFAULT_SENSOR_INTERVAL_S = 15
 
 GATE_DESCRIPTIONS = {
     "row_count_gate": "Shadow rows per partition match the source/target within tolerance; "
@@ -155,13 +156,15 @@ def table_definitions(
     table: BackfillableTable,
     clock: Callable[[], dt.datetime] = _utc_now,
     downstream: DbtDownstream | None = None,
+    sensor_interval_s: int = DEFAULT_SENSOR_INTERVAL_S,
 ) -> dg.Definitions:
     """Everything one table contributes. Cached per declaration: calling `backfill_definitions`
     twice with the same table yields the very same objects, which Definitions.merge accepts.
 
     `clock` is the sensors' time source (tests pass a fixed one). `downstream`: how the swap
     builds the impacted dbt models in shadow and publishes them with the target (None: they are
-    refreshed after the swap).
+    refreshed after the swap). `sensor_interval_s`: the least time between two evaluations of
+    the table's batch driver and of its refresh sensor.
     """
     spec = table.spec
     deps = [dg.AssetKey(d) for d in table.deps]
@@ -401,7 +404,7 @@ def table_definitions(
 
     @dg.sensor(
         name=driver_sensor(spec.name),
-        minimum_interval_seconds=DRIVER_INTERVAL_SECONDS,
+        minimum_interval_seconds=sensor_interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         jobs=[batch_job],
         description=f"Launches the next batch of each started, approved plan of {spec.name} "
@@ -431,7 +434,7 @@ def table_definitions(
 
     @dg.sensor(
         name=refresh_sensor(spec.name),
-        minimum_interval_seconds=REFRESH_INTERVAL_SECONDS,
+        minimum_interval_seconds=sensor_interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         asset_selection=downstream_assets - dg.AssetSelection.assets(shadow_key),
         description=f"After a swap or rollback of {spec.name} launched from the UI succeeds, "
