@@ -71,7 +71,8 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=300,
+        # About 3 minutes alone; beside the rest of the suite it has taken 5.
+        timeout=600,
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,11 +37,11 @@ from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
 from backfill_assets.service.guards import writer_runs_in_progress
 from backfill_assets.service.plans import plan_statuses
 from tests.e2e.test_daemon import (
-    REPO,
     RUN_TIMEOUT_S,
     UTC,
     Dev,
     _stop,
+    instance_config,
     launch,
     plan_runs,
     start_dev,
@@ -63,7 +62,7 @@ def shop_dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dev, st
     tmp = tmp_path_factory.mktemp("shop-ui")
     home = tmp / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    instance_config(home)
     warehouse = str(tmp / "shop.duckdb")
     seed(tables, Path(warehouse))
     table = _table_clear_of_its_daily_run(dt.datetime.now(UTC))

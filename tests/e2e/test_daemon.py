@@ -1,11 +1,13 @@
 """End to end with the real daemon and webserver: `dagster dev` drives plans through the sensor.
 
 One `dagster dev` serves the module, with its own DAGSTER_HOME (the project's dagster.yaml:
-writer tag limit 1, writer pool 1) and its own DuckDB file. The warehouse and the instance are
-seeded from this process *before* it starts: DuckDB allows one process per file, and from then
-on only runs launched by the daemon write it (this process opens it again only while no run is
-in progress). Plans are planned and approved here, as an operator would with the CLI; they are
-started, swapped and raced by a daily run through the webserver's GraphQL API, as from the UI.
+writer tag limit 1, writer pool 1; the tests take runs off the queue every second and evaluate
+the sensors every 5 s, not 5 and 15, see FAST_DEQUEUE and start_dev) and its own DuckDB file.
+The warehouse and the instance are seeded from this process *before* it starts: DuckDB allows
+one process per file, and from then on only runs launched by the daemon write it (this process
+opens it again only while no run is in progress). Plans are planned and approved here, as an
+operator would with the CLI; they are started, swapped and raced by a daily run through the
+webserver's GraphQL API, as from the UI.
 
 Plans pretend the daily run is expected 12 hours from now, so a window around "now" is clear of
 its slot whatever time of day the suite runs.
@@ -15,7 +17,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ from backfill_assets.constants import (
     driver_sensor,
     refresh_sensor,
 )
+from backfill_assets.defs.factory import SENSOR_INTERVAL_ENV
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.definitions import example_definitions
 from backfill_assets.example.seed import land_days, write_history
@@ -165,7 +167,9 @@ def start_dev(
         proc = subprocess.Popen(
             [dagster, "dev", *target, "-h", "127.0.0.1", "-p", str(port)],
             cwd=cwd,
-            env=os.environ.copy(),
+            # The sensors every 5 s (the daemon's own loop), not 15: the tests wait for their
+            # ticks, and the guards do not depend on the interval.
+            env={**os.environ, SENSOR_INTERVAL_ENV: "5"},
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -209,12 +213,12 @@ def dev_server(
     today = dt.datetime.now(UTC).date()
     with pytest.MonkeyPatch.context() as mp:
         if postgres is None:
-            shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+            instance_config(home)
             warehouse = str(tmp / "warehouse.duckdb")
         else:
             from tests.conftest import fresh_database
 
-            shutil.copy(REPO / "dagster_home" / "dagster.postgres.yaml", home / "dagster.yaml")
+            instance_config(home, "dagster.postgres.yaml")
             for key, value in postgres_env(fresh_database(postgres, "dagster")).items():
                 mp.setenv(key, value)
             warehouse = fresh_database(postgres, "warehouse")
@@ -228,6 +232,24 @@ def dev_server(
         finally:
             _stop(proc)
             instance.dispose()
+
+
+# Appended to the tests' copies of the shipped instance config: the daemon takes runs off the
+# queue every second instead of every 5 (Dagster's default), as the tests wait for each run. The
+# queue's limits still come from the shipped `concurrency` section.
+FAST_DEQUEUE = """
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+  config:
+    dequeue_interval_seconds: 1
+"""
+
+
+def instance_config(home: Path, shipped: str = "dagster.yaml") -> None:
+    """`home`/dagster.yaml: the project's `shipped` instance config, with FAST_DEQUEUE."""
+    text = (REPO / "dagster_home" / shipped).read_text()
+    (home / "dagster.yaml").write_text(text + FAST_DEQUEUE)
 
 
 def postgres_env(url: str) -> dict[str, str]:

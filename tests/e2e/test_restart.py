@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
-import shutil
 import signal
 from collections import defaultdict
 
@@ -24,10 +23,10 @@ from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
 from backfill_assets.service.batch_driver import start_plan
 from backfill_assets.service.plans import approve_plan
 from tests.e2e.test_daemon import (
-    REPO,
     RUN_TIMEOUT_S,
     UTC,
     _seed_history,
+    instance_config,
     plan_now,
     plan_runs,
     start_dev,
@@ -43,7 +42,7 @@ BIG_DAY = 150_000  # orders a day in the plan's range
 def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_duplicate(tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    instance_config(home)
     warehouse = str(tmp_path / "warehouse.duckdb")
     today = dt.datetime.now(UTC).date()
     log = tmp_path / "dagster-dev.log"

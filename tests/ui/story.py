@@ -9,8 +9,9 @@ writing process per file, so the test process writes again only while no run is 
 
 The server is started like tests/e2e/test_daemon.py starts it, with that module's helpers: its
 own DAGSTER_HOME holding a copy of the project's dagster.yaml (writer tag limit 1, writer pool
-1, telemetry and the "nux" pop-up off), its own DuckDB file, a new session with SIGINT restored,
-a bounded wait for /server_info, SIGTERM to the process group then SIGKILL after a bound.
+1, telemetry and the "nux" pop-up off; runs taken off the queue every second), its own DuckDB
+file, a new session with SIGINT restored, a bounded wait for /server_info, SIGTERM to the
+process group then SIGKILL after a bound.
 """
 
 from __future__ import annotations
