@@ -225,6 +225,17 @@ def test_dagster_validates_both_code_locations(home, tmp_path):
         assert "All code locations passed validation" in done.stdout + done.stderr
 
 
+def test_a_table_declared_in_yaml_takes_its_sensors_interval_from_its_component(shop):
+    from shop.definitions import defs as location  # type: ignore[import-not-found]
+
+    intervals = {
+        s.name: s.minimum_interval_seconds for s in location().get_repository_def().sensor_defs
+    }
+    assert intervals["clicks__batch_driver"] == intervals["clicks__refresh_after_swap"] == 30
+    # The tables declared in Python keep the default.
+    assert intervals["events__batch_driver"] == intervals["stores__batch_driver"] == 15
+
+
 @pytest.mark.parametrize("table", ["events", "stores", "clicks"])
 def test_a_backfill_of_any_of_the_projects_tables_writes_nothing_and_says_how_to_plan(
     shop, tmp_path, monkeypatch, table

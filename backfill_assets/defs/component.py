@@ -67,6 +67,11 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
         default=False,
         description="Also define `daily_job` as an asset job over the table alone.",
     )
+    sensor_interval_s: int | None = Field(
+        default=None,
+        description="Seconds between two evaluations of the table's batch driver and refresh "
+        "sensors, 5 to 3600 (default: BACKFILL_ASSETS_SENSOR_INTERVAL_S, else 15).",
+    )
 
     def table(self) -> BackfillableTable:
         spec = TableSpec(
@@ -96,7 +101,9 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         table = self.table()
-        defs = backfill_definitions([table], control=False)
+        defs = backfill_definitions(
+            [table], control=False, sensor_interval_s=self.sensor_interval_s
+        )
         if not self.define_daily_job:
             return defs
         job = dg.define_asset_job(
