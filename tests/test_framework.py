@@ -27,6 +27,7 @@ PUBLIC = (
     "backfill_definitions",
     "BackfillableTableComponent",
     "BackfillControlComponent",
+    "LeanDbtCliResource",
 )
 
 

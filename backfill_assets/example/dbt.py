@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets
 
+from backfill_assets import LeanDbtCliResource
 from backfill_assets.example.dbt_manifest import dbt_executable, ensure_manifest
 from backfill_assets.example.declaration import DAILY, WEEKLY
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, is_postgres_url
@@ -130,7 +131,9 @@ def dbt_models(project_dir: Path) -> DbtModels:
     def dbt_unpartitioned_models(context: dg.AssetExecutionContext, dbt: DbtCliResource):
         yield from _build(context, dbt, partitioned=False)
 
-    resource = DbtCliResource(
-        project_dir=project, profiles_dir=str(project_dir), dbt_executable=dbt_executable()
+    # dagster-dbt's adapter and `dbt --version` cost seconds per step and swap; nothing here
+    # fetches row counts or column metadata through them (backfill_assets/defs/dbt_resource.py).
+    resource = LeanDbtCliResource(
+        project_dir=str(project_dir), profiles_dir=str(project_dir), dbt_executable=dbt_executable()
     )
     return DbtModels(dbt_daily_models, dbt_weekly_models, dbt_unpartitioned_models, resource)
