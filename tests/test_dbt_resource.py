@@ -1,9 +1,10 @@
 """The example's dbt resource starts dbt and nothing else (backfill_assets/defs/dbt_resource.py).
 
 dagster-dbt's `DbtCliResource` builds a dbt adapter in the calling process for every `cli()`
-(dbt's macros loaded: seconds) and runs `dbt --version` once per resource object (a second dbt
-start-up per run). `LeanDbtCliResource` skips both. What a real dbt invocation does is watched
-with an audit hook on the processes this one starts, and dbt's own registry of adapters.
+(dbt imported and its macros loaded: seconds the first time in a process) and runs `dbt
+--version` once per resource object (a second dbt start-up per run). `LeanDbtCliResource`
+skips both. What a real dbt invocation does is watched with an audit hook on the processes this
+one starts, and dbt's own registry of adapters.
 """
 
 from __future__ import annotations
