@@ -41,6 +41,7 @@ def main() -> None:
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from bench.measure import median
 
     ap = argparse.ArgumentParser(description="dbt builds through both resources, side by side")
     ap.add_argument("--rounds", type=int, default=3)
@@ -74,8 +75,8 @@ def main() -> None:
                     raise SystemExit(f"dbt build failed: {invocation.get_error()}")
                 print(f"round {rnd + 1}: {way} {times[way][-1]:.2f} s", flush=True)
     for way in WAYS:
-        runs = sorted(times[way])
-        print(f"{way}: median {runs[len(runs) // 2]:.2f} s ({', '.join(f'{t:.2f}' for t in runs)})")
+        runs = ", ".join(f"{t:.2f}" for t in times[way])
+        print(f"{way}: median {median(times[way]):.2f} s ({runs})")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ dagster-dbt's `DbtCliResource.cli()` does two things besides starting the dbt su
   second dbt start-up, about 2 s here.
 
 Measured on this machine (`python -m bench.dbt_resource_gain`, README, "dbt models
-downstream"): one `dbt build` through a new resource object, as a run has, took 10.2 s with
-dagster-dbt's resource and 6.9 s with this one.
+downstream"): one `dbt build` through a new resource object, as a run has, took 10.2-10.4 s
+with dagster-dbt's resource and 6.9-8.3 s with this one, in two runs.
 
 `LeanDbtCliResource` skips both: it passes no adapter, as dagster-dbt itself does for dbt's
 Fusion engine, and it reads dbt's version from the installed dbt-core package when its
