@@ -57,3 +57,34 @@ def test_processes_that_start_together_leave_one_readable_manifest(tmp_path):
     children = [subprocess.Popen([sys.executable, "-c", ENSURE, str(project)]) for _ in range(3)]
     assert [c.wait(timeout=300) for c in children] == [0, 0, 0]
     json.loads((project / "target" / "manifest.json").read_text())
+
+
+VARS = '{"min_date": "2026-01-05", "max_date": "2026-01-12"}'
+
+
+def _parse_events(project: Path, tmp_path: Path, *args: str) -> list[str]:
+    """dbt's parse events of `dbt ls` through the example's resource on `project`."""
+    from backfill_assets.example.dbt import dbt_models
+
+    resource = dbt_models(project).resource
+    invocation = resource.cli(["ls", *args], target_path=tmp_path / "t", raise_on_error=False)
+    names = [e.raw_event["info"]["name"] for e in invocation.stream_raw_events()]
+    assert invocation.is_successful(), invocation.get_error()
+    return [n for n in names if "PartialPars" in n]
+
+
+def test_the_parse_keeps_dbts_partial_parse_state_so_an_invocation_without_vars_reuses_it(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("BACKFILL_ASSETS_WAREHOUSE", str(tmp_path / "warehouse.duckdb"))
+    project = _project(tmp_path)
+    # dbt_models() parses (no manifest yet) and keeps the state beside the manifest, where
+    # dagster-dbt copies it into each invocation's target path.
+    assert _parse_events(project, tmp_path / "a") == []
+    assert (project / "target" / "partial_parse.msgpack").is_file()
+    # dbt folds cli vars into the state it checks: with --vars it parses in full.
+    with_vars = _parse_events(project, tmp_path / "b", "--vars", VARS)
+    assert with_vars == ["UnableToPartialParse"]
+    # Without the state, every invocation parses in full (as before this was kept).
+    (project / "target" / "partial_parse.msgpack").unlink()
+    assert _parse_events(project, tmp_path / "c") == ["UnableToPartialParse"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 _SOURCES = ("models", "macros", "tests", "dbt_project.yml")
+PARTIAL_PARSE = "partial_parse.msgpack"
 
 
 def dbt_executable() -> str:
@@ -68,5 +69,12 @@ def ensure_manifest(project: Any) -> Path:
                         f"`dbt parse` failed for {project_dir}; fix the dbt project and retry:\n"
                         f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
                     )
+                # dbt's partial-parse state goes beside the manifest, where dagster-dbt looks
+                # for it and copies it into each invocation's target path. dbt checks it (file
+                # hashes, cli vars, target, dbt version) and parses in full when it does not
+                # match, so an invocation without --vars skips most of the parse.
+                state = Path(scratch) / PARTIAL_PARSE
+                if state.exists():
+                    os.replace(state, manifest.parent / PARTIAL_PARSE)
                 os.replace(parsed, manifest)
     return manifest
