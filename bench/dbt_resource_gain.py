@@ -16,39 +16,27 @@ Prints each way's seconds and their medians.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 
-START, END = dt.date(2026, 1, 5), dt.date(2026, 2, 1)
-ROWS_PER_DAY = 2_000
 MODELS = "stg_orders fct_daily_revenue fct_weekly_revenue dim_customers"
 WINDOW = {"min_date": "2026-01-12", "max_date": "2026-01-26"}
 WAYS = ("base", "lean", "base new", "lean new")
 
 
 def main() -> None:
-    import dagster as dg
     from dagster_dbt import DbtCliResource
 
     from backfill_assets import LeanDbtCliResource
     from backfill_assets.example.dbt import dbt_project_dir
     from backfill_assets.example.dbt_manifest import dbt_executable
-    from backfill_assets.example.definitions import example_definitions
-    from backfill_assets.example.seed import build_history, land_days
-    from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from bench.dbt_history import dbt_history
     from bench.measure import median
 
     ap = argparse.ArgumentParser(description="dbt builds through both resources, side by side")
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-dbt-resource-"))
-    (root / "home").mkdir()
-    os.environ[WAREHOUSE_ENV] = str(root / "warehouse.duckdb")
     project = str(dbt_project_dir())
     manifest = json.loads((Path(project) / "target" / "manifest.json").read_text())
     build = ["build", "--select", MODELS, "--exclude-resource-type", "unit_test"]
@@ -57,10 +45,7 @@ def main() -> None:
     def new(cls: type[DbtCliResource]) -> DbtCliResource:
         return cls(project_dir=project, profiles_dir=project, dbt_executable=dbt_executable())
 
-    defs = example_definitions()
-    with dg.instance_for_test(temp_dir=str(root / "home")) as instance:
-        land_days(defs, instance, START, END, ROWS_PER_DAY)
-        build_history(defs, instance, DuckDBWarehouse(root / "warehouse.duckdb"), START, END)
+    with dbt_history("bench-dbt-resource-"):
         kept = {"base": new(DbtCliResource), "lean": new(LeanDbtCliResource)}
         times: dict[str, list[float]] = {w: [] for w in WAYS}
         for rnd in range(args.rounds):

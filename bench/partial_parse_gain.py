@@ -20,16 +20,11 @@ ratios per round and whether the rounds agree.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
-import tempfile
 import time
-from pathlib import Path
 
-START, END = dt.date(2026, 1, 5), dt.date(2026, 2, 1)
-ROWS_PER_DAY = 2_000
 WINDOW = {"min_date": "2026-01-12", "max_date": "2026-01-19"}
 PAIRS = (("no vars, kept", "no vars, none"), ("vars, kept", "vars, none"))
 WAYS = tuple(way for pair in PAIRS for way in pair)
@@ -37,37 +32,26 @@ STATE = "partial_parse.msgpack"
 
 
 def main() -> None:
-    import dagster as dg
-
     from backfill_assets.example.dbt import dbt_models, dbt_project_dir
-    from backfill_assets.example.definitions import example_definitions
-    from backfill_assets.example.seed import build_history, land_days
-    from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from bench.dbt_history import dbt_history
     from bench.load import LoadMonitor, agreement, kept, round_load
     from bench.measure import median
 
     ap = argparse.ArgumentParser(description="dbt builds with and without the partial-parse state")
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="bench-partial-parse-"))
-    (root / "home").mkdir()
-    os.environ[WAREHOUSE_ENV] = str(root / "warehouse.duckdb")
-    project = root / "dbt_project"
-    ignore = shutil.ignore_patterns("target", "logs", "*.duckdb")
-    shutil.copytree(dbt_project_dir(), project, ignore=ignore)
-    dbt_models(project)  # parses the copy: its manifest, and the state beside it
-    state = project / "target" / STATE
-    aside = root / STATE
     builds = {
         "no vars": ["build", "--select", "dim_customers"],
         "vars": ["build", "--select", "fct_daily_revenue", "--vars", json.dumps(WINDOW)],
     }
-    defs = example_definitions()
     load = LoadMonitor()
-    with dg.instance_for_test(temp_dir=str(root / "home")) as instance:
-        land_days(defs, instance, START, END, ROWS_PER_DAY)
-        build_history(defs, instance, DuckDBWarehouse(root / "warehouse.duckdb"), START, END)
+    with dbt_history("bench-partial-parse-") as root:
+        project = root / "dbt_project"
+        ignore = shutil.ignore_patterns("target", "logs", "*.duckdb")
+        shutil.copytree(dbt_project_dir(), project, ignore=ignore)
+        dbt_models(project)  # parses the copy: its manifest, and the state beside it
+        state = project / "target" / STATE
+        aside = root / STATE
         times: dict[str, list[float]] = {w: [] for w in WAYS}
         rounds = []
         for rnd in range(args.rounds):
@@ -92,7 +76,6 @@ def main() -> None:
             noisy = " (noisy: left out)" if rounds[-1]["noisy"] else ""
             line = ", ".join(f"{w} {times[w][-1]:.2f} s" for w in WAYS)
             print(f"round {rnd + 1}: {line}{noisy}", flush=True)
-    shutil.rmtree(root, ignore_errors=True)
     keep = kept(rounds)
     for way in WAYS:
         runs = ", ".join(f"{times[way][i]:.2f}" for i in keep)
