@@ -1,11 +1,18 @@
-"""The dbt models build against the DuckDB file through Dagster, and their dbt tests pass."""
+"""The dbt models build against the DuckDB file through Dagster, and their dbt tests pass.
+
+One test, so that the history with its marts (two dbt builds through Dagster) is built once."""
 
 import dagster as dg
 
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY
 
 
-def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, history_with_marts):
+def test_the_daily_and_weekly_marts_build_through_dagster_and_their_dbt_tests_pass(
+    defs, instance, history_with_marts
+):
+    from backfill_assets.service.runs import run_job
+
+    # The daily job's marts, over the history.
     days = (HISTORY_END - HISTORY_START).days + 1
     assert history_with_marts.query("select sum(orders) from fct_daily_revenue") == [
         (days * ROWS_PER_DAY,)
@@ -23,10 +30,7 @@ def test_daily_job_builds_dbt_models_and_their_tests_pass(defs, instance, histor
     ]
     assert failed == []
 
-
-def test_weekly_model_builds_one_iso_week_from_the_daily_model(defs, instance, history_with_marts):
-    from backfill_assets.service.runs import run_job
-
+    # The weekly model builds one ISO week from the daily model.
     result = run_job(defs, "orders_weekly_marts_job", instance, partition_key="2026-01-05")
     assert result.success
     rows = history_with_marts.query(
