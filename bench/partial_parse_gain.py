@@ -28,11 +28,11 @@ import time
 WINDOW = {"min_date": "2026-01-12", "max_date": "2026-01-19"}
 PAIRS = (("no vars, kept", "no vars, none"), ("vars, kept", "vars, none"))
 WAYS = tuple(way for pair in PAIRS for way in pair)
-STATE = "partial_parse.msgpack"
 
 
 def main() -> None:
     from backfill_assets.example.dbt import dbt_models, dbt_project_dir
+    from backfill_assets.example.dbt_manifest import PARTIAL_PARSE
     from bench.dbt_history import dbt_history
     from bench.load import LoadMonitor, agreement, kept, round_load
     from bench.measure import median
@@ -50,8 +50,8 @@ def main() -> None:
         ignore = shutil.ignore_patterns("target", "logs", "*.duckdb")
         shutil.copytree(dbt_project_dir(), project, ignore=ignore)
         dbt_models(project)  # parses the copy: its manifest, and the state beside it
-        state = project / "target" / STATE
-        aside = root / STATE
+        state = project / "target" / PARTIAL_PARSE
+        aside = root / PARTIAL_PARSE
         times: dict[str, list[float]] = {w: [] for w in WAYS}
         rounds = []
         for rnd in range(args.rounds):
