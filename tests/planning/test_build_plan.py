@@ -637,6 +637,12 @@ def _set(key: str, value: Any) -> Any:
         # pydantic alone reads a number, or digits, as seconds since 1970.
         (_set("created_at", 0), "plan created_at 0 is not an ISO datetime"),
         (_set("created_at", "1700000000"), "plan created_at '1700000000' is not an ISO datetime"),
+        # A key with a dot and a control character (found by hypothesis): the message named the
+        # wrong owner and key, and carried the raw \x1e, which ends a line for str.splitlines.
+        (
+            lambda t: json.dumps({**json.loads(t), "criteria": {"\x1e.": None}}),
+            r"^plan criteria has unknown key '\\x1e\.'; it was edited",
+        ),
     ],
 )
 def test_reading_a_broken_plan_file_fails_with_a_clear_message(mangle: Any, message: str) -> None:

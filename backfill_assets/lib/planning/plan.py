@@ -411,17 +411,23 @@ _PROBLEMS = {
 }
 
 
+def _path(parts: list[str]) -> str:
+    """Where in the plan, as dotted keys. A key of an edited file can hold a dot or a control
+    character, so the path is kept as parts until here, and a part that is not printable is shown
+    escaped: the message stays one line that names the right key."""
+    return ".".join(p if p.isprintable() else repr(p)[1:-1] for p in parts)
+
+
 def _plan_error(e: ValidationError) -> InvalidInput:
     """pydantic's first complaint as one line: where in the plan, the value, what is wrong."""
     err = e.errors()[0]
-    parts = [str(p) for p in err["loc"]]
     # A path through a union (e.g. impact partitions: list or "all") names the branch tried.
-    loc = ".".join(p for p in parts if not p.startswith(("tuple[", "literal[")))
+    parts = [str(p) for p in err["loc"] if not str(p).startswith(("tuple[", "literal["))]
+    loc = _path(parts)
     kind = err["type"]
     if kind in ("missing", "extra_forbidden", "unexpected_keyword_argument"):
-        where = loc.rsplit(".", 1)
-        key = where[-1]
-        owner = f"plan {where[0]}" if len(where) == 2 else "plan"
+        key = parts[-1] if parts else ""
+        owner = f"plan {_path(parts[:-1])}" if len(parts) > 1 else "plan"
         what = (
             f"{owner} is missing key {key!r}"
             if kind == "missing"
