@@ -422,7 +422,7 @@ def _plan_error(e: ValidationError) -> InvalidInput:
     """pydantic's first complaint as one line: where in the plan, the value, what is wrong."""
     err = e.errors()[0]
     # A path through a union (e.g. impact partitions: list or "all") names the branch tried.
-    parts = [str(p) for p in err["loc"] if not str(p).startswith(("tuple[", "literal["))]
+    parts = [p for p in map(str, err["loc"]) if not p.startswith(("tuple[", "literal["))]
     loc = _path(parts)
     kind = err["type"]
     if kind in ("missing", "extra_forbidden", "unexpected_keyword_argument"):
