@@ -54,6 +54,8 @@ WEEK_INFIX = "__w"
 # PostgreSQL: the ISO-year table between the target and its weeks (orders_daily__y2026).
 YEAR_INFIX = "__y"
 TEMPLATE_SUFFIX = "__template"
+# DuckDB: the table holding every live row that no week table overrides (orders_daily__base).
+BASE_SUFFIX = "__base"
 METADATA_SCHEMA = "backfill_meta"
 
 # Dagster asset holding plans, one dynamic partition per plan id.

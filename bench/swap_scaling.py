@@ -48,12 +48,12 @@ SEED_TABLE = "bench_seed_week"
 SWAP_GOAL_MS = 50.0
 # Weeks of history written per transaction while building (keeps each transaction modest).
 BUILD_CHUNK_WEEKS = 13
-# One week of real rows, moved to the week starting at $start: ids move with the date, since
-# order_id = days since 2000-01-01 * 1e6 + n, so keys stay unique across the copies.
+# One week of real rows, copied to every week of [$start, $end) ($start a Monday): ids move with
+# the date, since order_id = days since 2000-01-01 * 1e6 + n, so keys stay unique across copies.
 SHIFTED_WEEK_SQL = f"""
 with shift as (
-    select date_diff('day', (select min(order_date) from {SEED_TABLE}), $start::date)::integer
-        as k
+    select date_diff('day', (select min(order_date) from {SEED_TABLE}), w::date)::integer as k
+    from range($start::timestamp, $end::timestamp, interval 7 day) as r(w)
 )
 select
     s.order_id + shift.k * 1000000 as order_id,

@@ -264,8 +264,26 @@ def test_backups_are_kept_until_released_and_then_rollback_refuses(defs, instanc
         "select count(*) from information_schema.tables where table_schema = current_schema() "
         "and table_name like '%backup%'"
     )
-    assert history.query(backups) == [(3,)]
+    # The replaced rows of the plan's 3 weeks: PostgreSQL keeps them in backup week tables;
+    # DuckDB in its base table, hidden by the view behind the swapped-in week tables.
+    replaced = (
+        "select count(distinct date_trunc('week', order_date)) from orders_daily__base "
+        "where order_date >= $s and order_date < $e"
+    )
+    rng = {"s": START, "e": END}
+    duck = history.dialect == "duckdb"
+    assert history.query(backups) == [(0 if duck else 3,)]
+    if duck:
+        assert history.query(replaced, rng) == [(3,)] and history.live_week_count(table.spec) == 3
+    live = _checksums(history)
     assert release_backup(instance, {"orders_daily": table}, history, plan.plan_id)[1] == 3
     assert history.query(backups) == [(0,)]
+    assert _checksums(history) == live
+    if duck:  # the weeks are folded into the base table, renamed back: one plain table again
+        assert history.live_week_count(table.spec) == 0
+        assert history.query(
+            "select table_name from duckdb_tables() where table_name like 'orders_daily%' "
+            "and table_name not like '%template' order by 1"
+        ) == [("orders_daily",)]
     with pytest.raises(SwapRefused, match="released"):
         perform_rollback(instance, table, history, plan.plan_id)

@@ -603,7 +603,7 @@ def cmd_release(a: argparse.Namespace) -> int:
     with writer_lease(c.instance, c.wh, target, holder, wait_s=c.wait_s, on_wait=_say_waiting()):
         plan, n = release_backup(c.instance, c.tables, c.wh, plan_id)
     print(
-        f"released the backup of plan {plan_id}: {n} week tables dropped; it can no longer "
+        f"released the backup of plan {plan_id}: {n} backup weeks dropped; it can no longer "
         f"be rolled back and {plan.target} is free for a new plan"
     )
     return EXIT_OK

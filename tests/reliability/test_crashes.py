@@ -422,12 +422,16 @@ def test_a_plan_killed_between_batches_continues_on_rerun_without_launching_a_ba
     _swap_then_rollback("plan killed between batches", instance, history, plan, old)
 
 
-# Statements of the swap of START..END, in order: the partial week W02 and the full week W03 each
-# move live -> backup, then shadow -> live; the views are rebuilt just before COMMIT.
+# Statements of the swap of START..END, in order. The target is one plain table: it becomes the
+# base table; the partial week W02's shadow is trimmed to the plan's days and given the live days
+# outside them; each week's shadow is renamed to its live name (the base table's rows of it,
+# hidden by the view, are the backup); the views are built just before COMMIT.
 SWAP_STEPS = [
-    "renamed orders_daily__w2026w02 to",
+    "renamed orders_daily to orders_daily__base",
+    "deleted orders_daily__shadow__w2026w02",
+    "inserted orders_daily__shadow__w2026w02",
     "renamed orders_daily__shadow__w2026w02 to orders_daily__w2026w02",
-    "renamed orders_daily__w2026w03 to",
+    "renamed orders_daily__shadow__w2026w03 to orders_daily__w2026w03",
     "before commit",
 ]
 
@@ -455,7 +459,8 @@ def test_a_crash_between_the_swaps_statements_rolls_it_back_and_the_plan_can_swa
     expect_target("swap after the crashes", _history(history), new)
 
     # A crash inside the rollback leaves the swapped state whole; the next rollback restores.
-    restoring = "renamed orders_daily__backup__"
+    # (It carries W02's days outside the plan back into the base table before dropping W02.)
+    restoring = "inserted orders_daily__base"
     with injected(_raise_at(restoring), on=history), pytest.raises(InjectedFault):
         perform_rollback(instance, TABLE, history, plan.plan_id)
     expect_target("rollback crashed", _history(history), new)
@@ -472,10 +477,11 @@ PLANNED_DAYS = [
     PLANNED[0] + dt.timedelta(days=i) for i in range((PLANNED[1] - PLANNED[0]).days + 1)
 ]
 KILL_PLAN = "pkillswap"
-# The partial first and last weeks: trim the shadow to the plan's days and copy in the live days
-# outside them (2 steps each); every week: rename live -> backup and shadow -> live (2 steps);
-# then the commit. (Whole weeks copy nothing: their checksums were recorded when written.)
-SWAP_STEP_COUNT = 2 * 2 + 16 * 2 + 1
+# The target renamed to the base table; the partial first and last weeks: trim the shadow to the
+# plan's days and copy in the live days outside them (2 steps each); every week: rename shadow ->
+# live (its live rows stay in the base table, hidden); then the commit. (Whole weeks copy
+# nothing: their checksums were recorded when written.)
+SWAP_STEP_COUNT = 1 + 2 * 2 + 16 + 1
 
 
 @pytest.fixture
@@ -586,7 +592,7 @@ def test_a_daily_write_is_one_transaction_a_second_writer_waits_and_a_kill_leave
         "daily",
         WAREHOUSE=str(warehouse_path),
         DAY=day.isoformat(),
-        PAUSE_AT="deleted orders_daily__w2026w03",
+        PAUSE_AT="deleted orders_daily",  # the target, a plain table
     )
     child.wait_for("paused at")  # the day's rows are deleted inside the open transaction
 

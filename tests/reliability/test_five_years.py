@@ -1,7 +1,9 @@
 """The reliability cases on a target with five years of history, on each warehouse: a swap killed
 inside its transaction, a daily write against a swap, and a rollback that restores every day.
 
-The target holds 1,827 days in 261 ISO-week tables (on PostgreSQL under six ISO-year tables).
+The target holds 1,827 days: on DuckDB in one plain table (a swap makes it a view over that
+table, renamed to its base table, and the week tables it publishes, until its release folds them
+back), on PostgreSQL in 261 ISO-week tables under six ISO-year tables.
 The plan crosses a year boundary: it starts on a Wednesday of 2024-W52 and ends on the Tuesday of
 2025-W03, and 2025-W01 begins on 2024-12-30, so its first and last weeks are partial and its
 weeks sit under two ISO years. Every check compares all 1,827 days.
@@ -147,6 +149,8 @@ def test_five_years_a_killed_swap_a_daily_write_against_a_swap_and_an_exact_roll
     years = _years(wh)
     if years is not None:
         assert len(years) == 261 and len(set(years.values())) == 6
+    else:
+        assert wh.live_week_count(SPEC) == 0  # five years in one table
 
     # 1. A swap killed inside its transaction: the target is all old, and the plan swaps again.
     with swap_waiting_inside(url, tmp_path, "killed") as child:
@@ -191,3 +195,22 @@ def test_five_years_a_killed_swap_a_daily_write_against_a_swap_and_an_exact_roll
     assert wh.rollback(SPEC, PLAN_ID).action == "rolled_back"
     expect_target("five years, rolled back", _everything(wh), {**old, DAILY_DAY: written})
     assert _years(wh) == years
+
+    # 4. A new plan swaps the range again and is released: the target keeps every day as the
+    # swap left it; on DuckDB the swapped weeks fold back into the base table.
+    rolled_back = _everything(wh)
+    assert wh.claim_plan(SPEC.name, "p5y2") == "p5y2"
+    wh.replace_partitions(
+        SPEC, PLAN_START, PLAN_END, build=o.ORDERS_DAILY_SQL, shadow=True, plan_id="p5y2"
+    )  # fmt: skip
+    shadow = wh.checksums(SPEC, PLAN_START, PLAN_END, shadow=True)
+    assert wh.swap(SPEC, "p5y2", PLAN).action == "swapped"
+    swapped = after_swap(rolled_back, shadow, PLAN)
+    expect_target("five years, swapped again", _everything(wh), swapped)
+    if years is None:
+        assert wh.live_week_count(SPEC) == 4  # 2024-W52 .. 2025-W03
+    assert wh.release_backup(SPEC, "p5y2") == 4
+    expect_target("five years, released", _everything(wh), swapped)
+    assert _years(wh) == years
+    if years is None:
+        assert wh.live_week_count(SPEC) == 0

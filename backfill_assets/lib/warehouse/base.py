@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from backfill_assets.constants import BACKUP_INFIX, TEMPLATE_SUFFIX
+from backfill_assets.constants import BACKUP_INFIX, BASE_SUFFIX, TEMPLATE_SUFFIX
 from backfill_assets.errors import InvalidInput, SwapRefused
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.identifiers import validate_ident
@@ -119,7 +119,7 @@ def check_companions(spec: TableSpec, companions: Sequence[Companion]) -> tuple[
     them the target's own relations, each named once."""
     out = tuple(companions)
     own = re.compile(
-        rf"{re.escape(spec.name)}(|{re.escape(TEMPLATE_SUFFIX)}|__w[0-9]{{4}}w[0-9]{{2}}"
+        rf"{re.escape(spec.name)}(|{re.escape(TEMPLATE_SUFFIX)}|{re.escape(BASE_SUFFIX)}|__w[0-9]{{4}}w[0-9]{{2}}"
         rf"|__y[0-9]{{4}}|{re.escape(BACKUP_INFIX)}.*)",
         re.ASCII,
     )

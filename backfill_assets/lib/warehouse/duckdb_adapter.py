@@ -1,24 +1,29 @@
-"""DuckDB adapter: one table per ISO week behind a view named like the target.
+"""DuckDB adapter: the target is one plain table; a swap publishes week tables over it.
 
 Layout for a table `orders_daily` (all in schema main):
 
-- `orders_daily__template`: empty, holds the schema; the view always has at least this table.
-- `orders_daily__w2026w03`: live rows of ISO week 2026-W03.
-- `orders_daily` (view): template UNION ALL every live week table, explicit column list.
+- `orders_daily`: a table holding every live row, what readers query, while no swap of an
+  unreleased plan overrides a week. The daily write appends each day in key order.
+- After a swap, until its release or rollback: `orders_daily` is a view over `orders_daily__base`
+  (the table above, renamed) without the rows of the swapped weeks, UNION ALL the week tables
+  `orders_daily__w2026w03` the swap published (explicit column list).
+- `orders_daily__template`: empty, holds the schema.
 - `orders_daily__shadow__w2026w03` and view `orders_daily__shadow`: what a backfill writes.
-- `orders_daily__backup__<plan>__w2026w03`: live weeks a swap replaced, until released.
+- `orders_daily__backup__<plan>__w2026w03`: a week table a swap replaced (a week that already had
+  one), until released.
 - `<companion>__bfb_<plan>`: a downstream relation (companion) the swap replaced with its shadow,
   in the same transaction, until released (`base.companion_backup`).
 
-A swap renames live -> backup and shadow -> live for every week of the plan in one transaction
-(pointer moves, no row copies except the few days of a partial first/last week that lie outside
-the plan). Rollback is the same move in reverse. Neither reads the rows it moves: each write
-records the rows and checksum of every day it wrote, and the swap reports those. `backfill_meta`
-holds per-partition write versions (with those rows and checksums), the shadow's build log and
-the swap log, so a swap can refuse when the live partition changed after its shadow was built;
-and the writer lease and plan claim of each table, changed by compare-and-set in one transaction
-(DuckDB lets one process write the file at a time, so each transaction is atomic across
-processes).
+A swap renames shadow -> live for every week of the plan in one transaction (pointer moves, no
+row copies except the few days of a partial first/last week that lie outside the plan): the
+replaced rows stay in the base table, hidden by the view, as the backup. Rollback drops the
+published week tables. Neither reads the rows it moves: each write records the rows and
+checksum of every day it wrote, and the swap reports those. Release folds the plan's week tables
+into the base table, which takes the target's name again. `backfill_meta` holds per-partition
+write versions (with those rows and checksums), the shadow's build log and the swap log, so a
+swap can refuse when the live partition changed after its shadow was built; and the writer lease
+and plan claim of each table, changed by compare-and-set in one transaction (DuckDB lets one
+process write the file at a time, so each transaction is atomic across processes).
 """
 
 from __future__ import annotations
@@ -35,7 +40,13 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from backfill_assets.constants import BACKUP_INFIX, METADATA_SCHEMA, TEMPLATE_SUFFIX, WEEK_INFIX
+from backfill_assets.constants import (
+    BACKUP_INFIX,
+    BASE_SUFFIX,
+    METADATA_SCHEMA,
+    TEMPLATE_SUFFIX,
+    WEEK_INFIX,
+)
 from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
@@ -328,17 +339,43 @@ class DuckDBWarehouse:
         template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
         con.execute(f"CREATE TABLE IF NOT EXISTS {template} ({cols})")
-        views = {
-            name
-            for (name,) in con.execute(
-                "SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' "
-                "AND view_name IN ($a, $b)",
-                {"a": spec.name, "b": spec.shadow_name},
+        found = set(
+            con.execute(
+                "SELECT 'view', view_name FROM duckdb_views() WHERE schema_name = 'main' "
+                "AND NOT internal AND view_name IN ($a, $b) UNION ALL SELECT 'table', table_name "
+                "FROM duckdb_tables() WHERE schema_name = 'main' AND table_name IN ($a, $c)",
+                {"a": spec.name, "b": spec.shadow_name, "c": _base_table(spec)},
             ).fetchall()
-        }
-        for base in (spec.name, spec.shadow_name):
-            if base not in views:
-                self._recreate_view(con, spec, base)
+        )
+        if ("table", spec.name) not in found and ("table", _base_table(spec)) not in found:
+            if ("view", spec.name) not in found and not self._week_tables(con, spec.name):
+                # A new target: one plain table, until a swap publishes week tables over it.
+                con.execute(f"CREATE TABLE {quote_ident(spec.name)} ({cols})")
+            else:
+                # A file from before the base table: a view over week tables only.
+                con.execute(f"CREATE TABLE {quote_ident(_base_table(spec))} ({cols})")
+                self._recreate_view(con, spec, spec.name)
+        if ("view", spec.shadow_name) not in found:
+            self._recreate_view(con, spec, spec.shadow_name)
+
+    def _rows_table(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
+        """The table holding the target's rows that no week table overrides: the target itself
+        while it is a plain table, else the base table under its view."""
+        return spec.name if self._relation_kind(con, spec.name) == "table" else _base_table(spec)
+
+    def _settle(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, weeks: Mapping[str, str]
+    ) -> None:
+        """After a rollback or a release: the target's view over its live week tables `weeks`,
+        or, when none is left, its base table renamed to the target's name, so that readers
+        query one plain table again."""
+        if weeks:
+            self._recreate_view(con, spec, spec.name, weeks)
+            return
+        con.execute(f"DROP VIEW {quote_ident(spec.name)}")
+        con.execute(
+            f"ALTER TABLE {quote_ident(_base_table(spec))} RENAME TO {quote_ident(spec.name)}"
+        )
 
     def _ensure_meta(self, con: duckdb.DuckDBPyConnection) -> None:
         """The coordination tables (writer lease, plan claims); no table spec needed."""
@@ -360,11 +397,16 @@ class DuckDBWarehouse:
         base: str,
         weeks: Mapping[str, str] | None = None,
     ) -> None:
-        """The view `base` over the template and its week tables (`weeks`, when the caller
-        knows them; else read from the catalog)."""
+        """The view `base` over its week tables (`weeks`, when the caller knows them; else read
+        from the catalog): the target's over its base table too, without the rows of the weeks
+        that have a week table; the shadow's over the template."""
         found = self._week_tables(con, base) if weeks is None else weeks
-        tables = [spec.name + TEMPLATE_SUFFIX, *(table for _, table in sorted(found.items()))]
-        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(base)} AS {week_union(spec, tables)}")
+        tables = [table for _, table in sorted(found.items())]
+        if base == spec.name:
+            body = live_union(spec, tables, hide=sorted(found))
+        else:
+            body = week_union(spec, [spec.name + TEMPLATE_SUFFIX, *tables])
+        con.execute(f"CREATE OR REPLACE VIEW {quote_ident(base)} AS {body}")
 
     def _create_week(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, name: str) -> None:
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
@@ -404,27 +446,46 @@ class DuckDBWarehouse:
                 con.register(_BUILD_VIEW, build)
             self._ensure(con, spec)
             existing = self._week_tables(con, base)
+            rows_table = "" if shadow else self._rows_table(con, spec)
             created = False
-            written: list[str] = []
+            # Each week goes to its week table: always for the shadow; for the target only
+            # when the week has one (a swap published it), else to the table of its other rows
+            # (the target itself, or the base table under its view), one piece per run of
+            # such weeks.
+            pieces: list[tuple[str, dt.date, dt.date]] = []
             for w0, w1 in iso_weeks(start, end):
-                table = self._week_table(base, w0)
-                written.append(table)
-                if week_id(w0) not in existing:
-                    self._create_week(con, spec, table)
-                    created = True
+                if not shadow and week_id(w0) not in existing:
+                    table = rows_table
+                    if pieces and pieces[-1][0] == table and pieces[-1][2] == w0:
+                        pieces[-1] = (table, pieces[-1][1], w1)
+                        continue
+                else:
+                    table = self._week_table(base, w0)
+                    if week_id(w0) not in existing:
+                        self._create_week(con, spec, table)
+                        created = True
+                pieces.append((table, w0, w1))
+            for table, w0, w1 in pieces:
                 qt = quote_ident(table)
+                # Rows enter that table in key order, so that its zone maps prune a reader's day
+                # or key to a row group or two, as in a table loaded in that order.
+                order = _key_order(spec) if table == rows_table else ""
                 con.execute(f"DELETE FROM {qt} WHERE {pc} >= $s AND {pc} < $e", {"s": w0, "e": w1})
                 con.execute(
                     f"INSERT INTO {qt} ({cols}) SELECT {cols} FROM {source} AS build "
-                    f"WHERE {pc} >= $start AND {pc} < $end",
+                    f"WHERE {pc} >= $start AND {pc} < $end{order}",
                     {"start": w0, "end": w1},
                 )
             if created:
                 self._recreate_view(con, spec, base)
-            # From the week tables just written, not the view over every week: planning the
-            # view grows with history (one day's checksums took 11 ms at 26 week tables and 42 ms
-            # at 143).
-            sums = self._checksums(con, f"({week_union(spec, written)})", spec, start, end)
+            # From the tables just written, not the view: planning a view grows with its tables
+            # (one day's checksums took 11 ms at 26 week tables and 42 ms at 143).
+            written = " UNION ALL ".join(
+                f"SELECT {cols} FROM {quote_ident(t)} "
+                f"WHERE {pc} >= DATE '{w0}' AND {pc} < DATE '{w1}'"
+                for t, w0, w1 in pieces
+            )
+            sums = self._checksums(con, f"({written})", spec, start, end)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             if shadow:
                 con.execute(
@@ -506,16 +567,9 @@ class DuckDBWarehouse:
     ) -> PartitionStats:
         base = spec.shadow_name if shadow else spec.name
         with self.connect(read_only=True) as con:
-            rows = self._counts(con, base, spec, start, end) if self._has_view(con, base) else {}
+            exists = self._relation_kind(con, base) is not None
+            rows = self._counts(con, base, spec, start, end) if exists else {}
         return PartitionStats(rows=rows, bytes_per_row=spec.bytes_per_row)
-
-    def _has_view(self, con: duckdb.DuckDBPyConnection, name: str) -> bool:
-        return bool(
-            con.execute(
-                "SELECT count(*) FROM duckdb_views() WHERE schema_name='main' AND view_name=$n",
-                {"n": name},
-            ).fetchone()[0]  # type: ignore[index]
-        )
 
     def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> GateInputs:
         """Everything a batch's gates need, in a few set-based queries (see duckdb_gates)."""
@@ -585,7 +639,7 @@ class DuckDBWarehouse:
 
     def swap_state(self, spec: TableSpec, plan_id: str) -> str | None:
         with self.connect(read_only=True) as con:
-            if not self._has_view(con, spec.name):
+            if self._relation_kind(con, spec.name) is None:
                 return None
             row = con.execute(
                 f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
@@ -636,6 +690,13 @@ class DuckDBWarehouse:
                 by_week[week_id(d)].append(d)
             weeks = self._week_tables_of(con, spec.name, spec.shadow_name)
             live, shadow = weeks[spec.name], weeks[spec.shadow_name]
+            if self._relation_kind(con, spec.name) == "table":
+                # The target becomes a view over its rows, now the base table, and the week
+                # tables renamed in below; the view hides the base table's rows of those weeks.
+                con.execute(
+                    f"ALTER TABLE {quote_ident(spec.name)} RENAME TO "
+                    f"{quote_ident(_base_table(spec))}"
+                )
             backup_base = self._backup_base(spec, plan_id)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
@@ -654,20 +715,22 @@ class DuckDBWarehouse:
                 sh = quote_ident(shadow[week])
                 # Checksums were recorded when the rows were written; a file written before
                 # that have them computed here, once.
+                # A week without a week table lives in the base table: the view hides its rows
+                # there once the shadow is renamed in, and they are the week's backup.
                 self._fill(con, ins, shadow[week], spec, wdays)
-                if week in live:
-                    self._fill(con, outs, live[week], spec, wdays)
+                self._fill(con, outs, live.get(week, _base_table(spec)), spec, wdays)
                 if len(wdays) < 7:
                     # Only the plan's days come from the shadow; the rest of a partial week
                     # stays as live. The only rows a swap copies.
                     outside = f"NOT ({pc} >= $s AND {pc} < $e)"
                     con.execute(f"DELETE FROM {sh} WHERE {outside}", {"s": r0, "e": r1})
-                    if week in live:
-                        con.execute(
-                            f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM "
-                            f"{quote_ident(live[week])} WHERE {outside}",
-                            {"s": r0, "e": r1},
-                        )
+                    monday = _monday_of(week)
+                    con.execute(
+                        f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM "
+                        f"{quote_ident(live.get(week, _base_table(spec)))} WHERE {outside} "
+                        f"AND {pc} >= $m AND {pc} < $n",
+                        {"s": r0, "e": r1, "m": monday, "n": monday + _WEEK},
+                    )
                 if week in live:
                     backup = self._week_table(backup_base, r0)
                     con.execute(
@@ -695,9 +758,9 @@ class DuckDBWarehouse:
                  "ci": [m.checksum_in for _, m in moves], "co": [m.checksum_out for _, m in moves]},
             )  # fmt: skip
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
-            # The target's view names its week tables: it changes only when a week is new to
-            # the target (each replaced week's name now holds its shadow). Recreating it binds
-            # every week, which grows with history.
+            # The target's view names its week tables: it changes only when a week gets one
+            # (each replaced week's name now holds its shadow). Recreating it binds every
+            # table it names.
             if any(week not in live for week in by_week):
                 self._recreate_view(con, spec, spec.name)
             left = {w: name for w, name in shadow.items() if w not in by_week}
@@ -867,6 +930,7 @@ class DuckDBWarehouse:
             cols = column_list(spec.column_names)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
+            dropped = False
             days = [d for _, r0, r1, _, _ in log for d in _days(r0, r1)]
             # What each day held before the swap (recorded by it) and holds now (recorded by
             # its last write); computed only for files from before they were recorded.
@@ -905,12 +969,27 @@ class DuckDBWarehouse:
                         f"{quote_ident(self._week_table(spec.name, _monday_of(week)))}"
                     )
                 elif cur:
-                    con.execute(
-                        f"DELETE FROM {quote_ident(cur)} WHERE {pc} >= $s AND {pc} < $e",
-                        {"s": r0, "e": r1},
-                    )
+                    # The week lived in the base table (or nowhere): its rows there, hidden
+                    # since the swap, come back when its week table goes. Days outside the plan
+                    # are carried into the base table first, as they are now.
+                    self._fill(con, restored, _base_table(spec), spec, wdays)
+                    if len(wdays) < 7:
+                        monday = _monday_of(week)
+                        week_days = {"s": r0, "e": r1, "m": monday, "n": monday + _WEEK}
+                        con.execute(
+                            f"DELETE FROM {quote_ident(_base_table(spec))} WHERE {outside} "
+                            f"AND {pc} >= $m AND {pc} < $n",
+                            week_days,
+                        )
+                        con.execute(
+                            f"INSERT INTO {quote_ident(_base_table(spec))} ({cols}) SELECT "
+                            f"{cols} FROM {quote_ident(cur)} WHERE {outside}",
+                            {"s": r0, "e": r1},
+                        )
+                    con.execute(f"DROP TABLE {quote_ident(cur)}")
+                    dropped = True
                 for d in wdays:
-                    result[d] = _move(restored.get(d) if had_live else None, current.get(d))
+                    result[d] = _move(restored.get(d), current.get(d))
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             con.execute(
                 f"UPDATE {M}.swap_log SET state='rolled_back', changed_at=$now "
@@ -918,8 +997,9 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id, "now": now},
             )
             self._free_plan(con, spec.name, plan_id)
-            # The target keeps the same week tables by name (a backup takes its week's name, a
-            # week new with the swap is emptied of the plan's days), so its view stands as is.
+            # A backup takes its week's name, so the view changes only when a week table went.
+            if dropped:
+                self._settle(con, spec, self._week_tables(con, spec.name))
             restored = self._restore_companions(con, companion_moves)
         return SwapResult(
             plan_id, "rolled_back", result, len(log), time.perf_counter() - t0, restored=restored
@@ -1095,7 +1175,11 @@ class DuckDBWarehouse:
                 con.executemany(f"INSERT INTO {qt} VALUES ({marks})", rows)
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:
-        """Drop a swapped plan's backup weeks; after this the plan can no longer roll back."""
+        """Drop a swapped plan's backup weeks; after this the plan can no longer roll back.
+
+        The plan's weeks then move from their week tables into the base table (its rows of
+        them, the swap's backup, go), in the same transaction: readers of the view see the same
+        rows, through one table again. This copies the plan's range, once, outside the swap."""
         validate_ident(plan_id, "plan id")
         with self.transaction() as con:
             self._ensure(con, spec)
@@ -1110,6 +1194,7 @@ class DuckDBWarehouse:
             backup = self._week_tables(con, self._backup_base(spec, plan_id))
             for name in backup.values():
                 con.execute(f"DROP TABLE {quote_ident(name)}")
+            released = len(backup)
             self._free_plan(con, spec.name, plan_id)
             if state == "swapped":
                 # The companions' backups (a rolled-back plan's were renamed back to live).
@@ -1128,9 +1213,43 @@ class DuckDBWarehouse:
                         "now": dt.datetime.now(dt.UTC).replace(tzinfo=None),
                     },
                 )
+                released += self._fold(con, spec, plan_id)
         with self.connect() as con:
             con.execute("CHECKPOINT")
-        return len(backup)
+        return released
+
+    def _fold(self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str) -> int:
+        """Move the live week tables of a released plan's weeks into the base table; the number
+        of weeks whose backup was there (rows the view hid since the swap, now deleted)."""
+        weeks = {
+            w
+            for (w,) in con.execute(
+                f"SELECT week FROM {M}.swap_log WHERE table_name = $t AND plan_id = $p",
+                {"t": spec.name, "p": plan_id},
+            ).fetchall()
+        }
+        live = self._week_tables(con, spec.name)
+        folded = sorted(w for w in weeks if w in live)
+        if not folded:
+            return 0
+        backups = 0
+        base = quote_ident(_base_table(spec))
+        pc = quote_ident(spec.partition_column)
+        cols = column_list(spec.column_names)
+        for week in folded:
+            monday = _monday_of(week)
+            (deleted,) = con.execute(
+                f"DELETE FROM {base} WHERE {pc} >= $m AND {pc} < $n",
+                {"m": monday, "n": monday + _WEEK},
+            ).fetchone()  # type: ignore[misc]
+            backups += deleted > 0
+            con.execute(
+                f"INSERT INTO {base} ({cols}) SELECT {cols} FROM {quote_ident(live[week])}"
+                + _key_order(spec)
+            )
+            con.execute(f"DROP TABLE {quote_ident(live[week])}")
+        self._settle(con, spec, {w: t for w, t in live.items() if w not in folded})
+        return backups
 
     def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int:
         """Drop every shadow week and its build log; with `plan_id` (an abandoned plan), free
@@ -1168,10 +1287,37 @@ def _unwritable_reason(msg: str) -> str | None:
 
 EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 _DAY = dt.timedelta(days=1)
+_WEEK = dt.timedelta(weeks=1)
 
 
 def _days(start: dt.date, end: dt.date) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range((end - start).days)]
+
+
+def _base_table(spec: TableSpec) -> str:
+    return f"{spec.name}{BASE_SUFFIX}"
+
+
+def _key_order(spec: TableSpec) -> str:
+    return f" ORDER BY {column_list((spec.partition_column, *spec.primary_key))}"
+
+
+def live_union(spec: TableSpec, tables: Sequence[str], hide: Sequence[str]) -> str:
+    """The target's view body: its base table without the rows of the weeks `hide` (the weeks
+    that have a week table; runs of consecutive weeks are one range), then `tables`."""
+    pc = quote_ident(spec.partition_column)
+    ranges: list[list[dt.date]] = []
+    for week in sorted(hide):
+        monday = _monday_of(week)
+        if ranges and ranges[-1][1] == monday:
+            ranges[-1][1] = monday + _WEEK
+        else:
+            ranges.append([monday, monday + _WEEK])
+    base = f"SELECT {column_list(spec.column_names)} FROM {quote_ident(_base_table(spec))}"
+    if ranges:
+        hidden = " OR ".join(f"({pc} >= DATE '{a}' AND {pc} < DATE '{b}')" for a, b in ranges)
+        base += f" WHERE NOT ({hidden})"
+    return " UNION ALL ".join([base, *(week_union(spec, [t]) for t in tables)])
 
 
 def week_union(spec: TableSpec, tables: Sequence[str]) -> str:

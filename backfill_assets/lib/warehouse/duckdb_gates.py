@@ -67,9 +67,11 @@ def _weeks(
 ) -> str:
     """The week tables of `base` (target or shadow; `tables`: its week tables by week id) that
     hold [start, end), as one relation with the spec's columns, as the view reads them; the view
-    when there are none yet."""
-    names = [tables[week_id(w0)] for w0, _ in iso_weeks(start, end) if week_id(w0) in tables]
-    return f"({week_union(spec, names)})" if names else quote_ident(base)
+    when a week has none (a shadow week not written yet, or a target week in the base table)."""
+    names = [tables.get(week_id(w0)) for w0, _ in iso_weeks(start, end)]
+    if not names or None in names:
+        return quote_ident(base)
+    return f"({week_union(spec, names)})"  # type: ignore[arg-type]
 
 
 def gate_inputs(
