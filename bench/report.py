@@ -462,13 +462,22 @@ def _shapes(rq: dict[str, Any], subject: str) -> list[str]:
     ]
 
 
+def _target_layout(h: dict[str, Any]) -> str:
+    """How the readers' target held its rows (runs from before `target_kind` was recorded
+    measured a view over one table per week)."""
+    kind, weeks = h.get("target_kind", "view"), h["week_tables"]
+    if kind == "table":
+        return "one table, written by the adapter's daily write"
+    return f"a view over {weeks} week tables"
+
+
 def _readers(r: dict[str, Any]) -> list[str]:
     h = r["history"]
     out = [
         *_banner(r),
         f"{h['weeks']} ISO weeks ({h['first_day']}..{h['last_day']}) x "
-        f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: a view over "
-        f"{h['week_tables']} week tables; plain table: the same rows in date order, no "
+        f"{h['rows_per_day']:,} rows/day = {h['rows']:,} rows; target: "
+        f"{_target_layout(h)}; plain table: the same rows in date order, no "
         f"indexes. File {h['file_mib']:.0f} MiB, loaded in {_f(h['load_s'], 1)} s.",
         "",
         *_shapes(r, "target"),
