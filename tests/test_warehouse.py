@@ -137,6 +137,77 @@ def test_rollback_restores_the_plan_days_and_keeps_later_writes_to_other_days(se
     assert seeded.query("select count(*) from orders_daily") == [(31 * 100,)]
 
 
+def _kinds(wh: DuckDBWarehouse) -> dict[str, str]:
+    """The target's relations by name: "table" or "view"."""
+    return dict(
+        wh.query(
+            "select table_name, 'table' from duckdb_tables() where table_name like 'orders_daily%' "
+            "and table_name not like 'orders_daily__shadow%' and table_name <> "
+            "'orders_daily__template' union all select view_name, 'view' from duckdb_views() "
+            "where view_name = 'orders_daily'"
+        )
+    )
+
+
+def test_the_target_is_one_table_a_swap_overlays_until_release_or_rollback(seeded):
+    assert _kinds(seeded) == {"orders_daily": "table"}
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    days = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(9)]  # Wed W02 .. Thu W03
+    for plan_id, end in (("pr", "rollback"), ("ps", "release")):
+        shadow(seeded, plan_id, days[0], days[-1] + dt.timedelta(days=1))
+        seeded.swap(SPEC, plan_id, days)
+        assert _kinds(seeded) == {
+            "orders_daily": "view",
+            "orders_daily__base": "table",
+            "orders_daily__w2026w02": "table",
+            "orders_daily__w2026w03": "table",
+        }
+        swapped = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+        if end == "rollback":
+            seeded.rollback(SPEC, plan_id)
+            assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before
+            seeded.drop_shadow(SPEC)
+        else:
+            assert seeded.release_backup(SPEC, plan_id) == 2
+            assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == swapped
+        assert _kinds(seeded) == {"orders_daily": "table"}
+    assert seeded.query("select count(*) from orders_daily") == [(31 * 100,)]
+
+
+def test_a_file_from_before_the_base_table_keeps_its_rows_and_swaps_and_releases(seeded):
+    """The layout of earlier versions: a view over the template and one table per ISO week."""
+    before = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    weeks = {"w2025w01": D(2025, 12, 29), "w2026w02": D(2026, 1, 5), "w2026w03": D(2026, 1, 12),
+             "w2026w04": D(2026, 1, 19), "w2026w05": D(2026, 1, 26)}  # fmt: skip
+    for week, monday in weeks.items():
+        seeded.execute(
+            f"create table orders_daily__{week} as select * from orders_daily "
+            "where order_date >= $m and order_date < $m + 7",
+            {"m": monday},
+        )
+    seeded.execute("drop table orders_daily")
+    seeded.execute(
+        "create view orders_daily as select * from orders_daily__template union all "
+        + " union all ".join(f"select * from orders_daily__{w}" for w in weeks)
+    )
+    seeded.ensure_table(SPEC)  # what any write does first
+    assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before
+    assert _kinds(seeded)["orders_daily__base"] == "table"
+    # A daily write lands in its week's table; a swap renames that week to backup.
+    day = D(2026, 1, 20)
+    seeded.replace_partitions(SPEC, day, day + dt.timedelta(days=1), build=ORDERS_SQL)
+    assert seeded.query("select count(*) from orders_daily__base") == [(0,)]
+    written = seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1))
+    days = [D(2026, 1, 7) + dt.timedelta(days=i) for i in range(9)]
+    shadow(seeded, "pl", days[0], days[-1] + dt.timedelta(days=1))
+    shadow_sums = seeded.checksums(SPEC, days[0], days[-1] + dt.timedelta(days=1), shadow=True)
+    seeded.swap(SPEC, "pl", days)
+    assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == {**written, **shadow_sums}
+    assert seeded.release_backup(SPEC, "pl") == 2
+    assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == {**written, **shadow_sums}
+    assert seeded.live_week_count(SPEC) == 3  # the weeks no plan swapped keep their tables
+
+
 def test_a_swap_into_days_the_target_never_had_and_its_rollback(tmp_path):
     wh = DuckDBWarehouse(tmp_path / "wh.duckdb")
     wh.replace_reference_table(

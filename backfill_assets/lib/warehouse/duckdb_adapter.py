@@ -347,14 +347,18 @@ class DuckDBWarehouse:
                 {"a": spec.name, "b": spec.shadow_name, "c": _base_table(spec)},
             ).fetchall()
         )
-        if ("table", spec.name) not in found and ("table", _base_table(spec)) not in found:
-            if ("view", spec.name) not in found and not self._week_tables(con, spec.name):
-                # A new target: one plain table, until a swap publishes week tables over it.
-                con.execute(f"CREATE TABLE {quote_ident(spec.name)} ({cols})")
-            else:
-                # A file from before the base table: a view over week tables only.
+        has_base, has_view = ("table", _base_table(spec)) in found, ("view", spec.name) in found
+        if ("table", spec.name) in found or (has_base and has_view):
+            pass
+        elif not has_base and not has_view and not self._week_tables(con, spec.name):
+            # A new target: one plain table, until a swap publishes week tables over it.
+            con.execute(f"CREATE TABLE {quote_ident(spec.name)} ({cols})")
+        else:
+            # A file from before the base table (a view over week tables only), or a view
+            # dropped by hand: the view over the base table and the live week tables.
+            if not has_base:
                 con.execute(f"CREATE TABLE {quote_ident(_base_table(spec))} ({cols})")
-                self._recreate_view(con, spec, spec.name)
+            self._recreate_view(con, spec, spec.name)
         if ("view", spec.shadow_name) not in found:
             self._recreate_view(con, spec, spec.shadow_name)
 
