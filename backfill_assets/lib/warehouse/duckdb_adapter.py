@@ -306,7 +306,10 @@ class DuckDBWarehouse:
         with self.transaction() as con:
             self._ensure(con, spec)
 
-    def _ensure(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
+    def _ensure(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
+        """Create what is missing; the table holding the target's rows that no week table
+        overrides: the target itself while it is a plain table, else the base table under its
+        view."""
         con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
         con.execute(f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq START 1")
         con.execute(
@@ -348,11 +351,15 @@ class DuckDBWarehouse:
             ).fetchall()
         )
         has_base, has_view = ("table", _base_table(spec)) in found, ("view", spec.name) in found
-        if ("table", spec.name) in found or (has_base and has_view):
+        rows_table = _base_table(spec)
+        if ("table", spec.name) in found:
+            rows_table = spec.name
+        elif has_base and has_view:
             pass
         elif not has_base and not has_view and not self._week_tables(con, spec.name):
             # A new target: one plain table, until a swap publishes week tables over it.
             con.execute(f"CREATE TABLE {quote_ident(spec.name)} ({cols})")
+            rows_table = spec.name
         else:
             # A file from before the base table (a view over week tables only), or a view
             # dropped by hand: the view over the base table and the live week tables.
@@ -361,11 +368,7 @@ class DuckDBWarehouse:
             self._recreate_view(con, spec, spec.name)
         if ("view", spec.shadow_name) not in found:
             self._recreate_view(con, spec, spec.shadow_name)
-
-    def _rows_table(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
-        """The table holding the target's rows that no week table overrides: the target itself
-        while it is a plain table, else the base table under its view."""
-        return spec.name if self._relation_kind(con, spec.name) == "table" else _base_table(spec)
+        return rows_table
 
     def _settle(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, weeks: Mapping[str, str]
@@ -448,9 +451,8 @@ class DuckDBWarehouse:
         with self.transaction() as con:
             if not is_sql:
                 con.register(_BUILD_VIEW, build)
-            self._ensure(con, spec)
+            rows_table = self._ensure(con, spec)
             existing = self._week_tables(con, base)
-            rows_table = "" if shadow else self._rows_table(con, spec)
             created = False
             # Each week goes to its week table: always for the shadow; for the target only
             # when the week has one (a swap published it), else to the table of its other rows
@@ -668,7 +670,7 @@ class DuckDBWarehouse:
             raise SwapRefused("the plan has no partitions to swap")
         days = sorted({parse_day(d, "partition") for d in days})
         with self.transaction(checkpoint=False) as con:
-            self._ensure(con, spec)
+            rows_table = self._ensure(con, spec)
             state = con.execute(
                 f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
                 {"t": spec.name, "p": plan_id},
@@ -694,7 +696,7 @@ class DuckDBWarehouse:
                 by_week[week_id(d)].append(d)
             weeks = self._week_tables_of(con, spec.name, spec.shadow_name)
             live, shadow = weeks[spec.name], weeks[spec.shadow_name]
-            if self._relation_kind(con, spec.name) == "table":
+            if rows_table == spec.name:
                 # The target becomes a view over its rows, now the base table, and the week
                 # tables renamed in below; the view hides the base table's rows of those weeks.
                 con.execute(
@@ -705,8 +707,6 @@ class DuckDBWarehouse:
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
             logged: list[tuple[str, dt.date, dt.date, bool]] = []  # swap_log rows
-            pc = quote_ident(spec.partition_column)
-            cols = column_list(spec.column_names)
             for week, wdays in sorted(by_week.items()):
                 r0, r1 = wdays[0], wdays[-1] + dt.timedelta(days=1)
                 if (r1 - r0).days != len(wdays):
@@ -717,24 +717,17 @@ class DuckDBWarehouse:
                         "for it first"
                     )
                 sh = quote_ident(shadow[week])
-                # Checksums were recorded when the rows were written; a file written before
-                # that have them computed here, once.
                 # A week without a week table lives in the base table: the view hides its rows
                 # there once the shadow is renamed in, and they are the week's backup.
+                # Checksums were recorded when the rows were written; a file written before
+                # that have them computed here, once.
+                week_live = live.get(week, _base_table(spec))
                 self._fill(con, ins, shadow[week], spec, wdays)
-                self._fill(con, outs, live.get(week, _base_table(spec)), spec, wdays)
+                self._fill(con, outs, week_live, spec, wdays)
                 if len(wdays) < 7:
                     # Only the plan's days come from the shadow; the rest of a partial week
-                    # stays as live. The only rows a swap copies.
-                    outside = f"NOT ({pc} >= $s AND {pc} < $e)"
-                    con.execute(f"DELETE FROM {sh} WHERE {outside}", {"s": r0, "e": r1})
-                    monday = _monday_of(week)
-                    con.execute(
-                        f"INSERT INTO {sh} ({cols}) SELECT {cols} FROM "
-                        f"{quote_ident(live.get(week, _base_table(spec)))} WHERE {outside} "
-                        f"AND {pc} >= $m AND {pc} < $n",
-                        {"s": r0, "e": r1, "m": monday, "n": monday + _WEEK},
-                    )
+                    # stays as live.
+                    self._carry_outside(con, spec, shadow[week], week_live, week, r0, r1)
                 if week in live:
                     backup = self._week_table(backup_base, r0)
                     con.execute(
@@ -833,6 +826,31 @@ class DuckDBWarehouse:
                 con.execute(f"ALTER TABLE {quote_ident(backup)} RENAME TO {quote_ident(live)}")
         return tuple(live for live, _, _ in moves)
 
+    def _carry_outside(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        spec: TableSpec,
+        into: str,
+        source: str | None,
+        week: str,
+        r0: dt.date,
+        r1: dt.date,
+    ) -> None:
+        """Replace the days of `week` outside [r0, r1) in table `into` with those of `source`
+        (or with none): the only rows a swap or a rollback copies, at most 12 days."""
+        pc = quote_ident(spec.partition_column)
+        cols = column_list(spec.column_names)
+        monday = _monday_of(week)
+        outside = f"NOT ({pc} >= $s AND {pc} < $e) AND {pc} >= $m AND {pc} < $n"
+        bounds = {"s": r0, "e": r1, "m": monday, "n": monday + _WEEK}
+        con.execute(f"DELETE FROM {quote_ident(into)} WHERE {outside}", bounds)
+        if source is not None:
+            con.execute(
+                f"INSERT INTO {quote_ident(into)} ({cols}) SELECT {cols} FROM "
+                f"{quote_ident(source)} WHERE {outside}",
+                bounds,
+            )
+
     def _check_versions(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, plan_id: str, days: list[dt.date]
     ) -> dict[dt.date, str]:
@@ -930,8 +948,6 @@ class DuckDBWarehouse:
             backup_base = self._backup_base(spec, plan_id)
             weeks = self._week_tables_of(con, spec.name, backup_base)
             live, backup = weeks[spec.name], weeks[backup_base]
-            pc = quote_ident(spec.partition_column)
-            cols = column_list(spec.column_names)
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             result: dict[dt.date, PartitionMove] = {}
             dropped = False
@@ -950,7 +966,6 @@ class DuckDBWarehouse:
                 if had_live and week not in backup:
                     raise SwapRefused(f"backup of week {week} for plan {plan_id} is missing")
                 wdays = _days(r0, r1)
-                outside = f"NOT ({pc} >= $s AND {pc} < $e)"
                 cur = live.get(week)
                 if cur:
                     self._fill(con, current, cur, spec, wdays)
@@ -959,13 +974,7 @@ class DuckDBWarehouse:
                     self._fill(con, restored, backup[week], spec, wdays)
                     # Days of the week outside the plan may have been written since the swap.
                     if len(wdays) < 7:
-                        con.execute(f"DELETE FROM {bk} WHERE {outside}", {"s": r0, "e": r1})
-                        if cur:
-                            con.execute(
-                                f"INSERT INTO {bk} ({cols}) SELECT {cols} FROM "
-                                f"{quote_ident(cur)} WHERE {outside}",
-                                {"s": r0, "e": r1},
-                            )
+                        self._carry_outside(con, spec, backup[week], cur, week, r0, r1)
                     if cur:
                         con.execute(f"DROP TABLE {quote_ident(cur)}")
                     con.execute(
@@ -978,18 +987,7 @@ class DuckDBWarehouse:
                     # are carried into the base table first, as they are now.
                     self._fill(con, restored, _base_table(spec), spec, wdays)
                     if len(wdays) < 7:
-                        monday = _monday_of(week)
-                        week_days = {"s": r0, "e": r1, "m": monday, "n": monday + _WEEK}
-                        con.execute(
-                            f"DELETE FROM {quote_ident(_base_table(spec))} WHERE {outside} "
-                            f"AND {pc} >= $m AND {pc} < $n",
-                            week_days,
-                        )
-                        con.execute(
-                            f"INSERT INTO {quote_ident(_base_table(spec))} ({cols}) SELECT "
-                            f"{cols} FROM {quote_ident(cur)} WHERE {outside}",
-                            {"s": r0, "e": r1},
-                        )
+                        self._carry_outside(con, spec, _base_table(spec), cur, week, r0, r1)
                     con.execute(f"DROP TABLE {quote_ident(cur)}")
                     dropped = True
                 for d in wdays:
