@@ -262,6 +262,55 @@ def test_a_file_written_before_checksums_were_recorded_swaps_and_rolls_back_exac
     assert seeded.checksums(SPEC, D(2026, 1, 1), D(2026, 2, 1)) == before
 
 
+# The metadata as the first versions wrote it: before the checksums, the rows per version, the
+# swap's companions and the plan claims.
+_OLD_METADATA = (
+    "CREATE SCHEMA backfill_meta",
+    "CREATE TABLE backfill_meta.partition_versions (table_name VARCHAR, partition_date DATE, "
+    "version BIGINT, written_at TIMESTAMP)",
+    "CREATE TABLE backfill_meta.shadow_log (table_name VARCHAR, partition_date DATE, "
+    "plan_id VARCHAR, base_version BIGINT, row_count BIGINT, written_at TIMESTAMP)",
+    "INSERT INTO backfill_meta.partition_versions VALUES ('orders_daily', DATE '2026-01-05', 1, "
+    "TIMESTAMP '2026-01-06 02:00:00')",
+)
+
+
+def _metadata_columns(wh: DuckDBWarehouse) -> list[tuple]:
+    return wh.query(
+        "SELECT table_name, column_index, column_name, data_type FROM duckdb_columns() "
+        "WHERE schema_name = 'backfill_meta' ORDER BY ALL"
+    ) + wh.query("SELECT sequence_name FROM duckdb_sequences()")
+
+
+def test_metadata_from_an_older_file_or_dropped_by_hand_is_completed_as_a_new_file_has_it(
+    tmp_path: Path,
+):
+    """The metadata check costs one catalog query when nothing is missing; what is missing, a
+    table, a column or the version sequence, is created as a new file has it, in its order (the
+    metadata inserts name their columns by position), and what is there is kept."""
+    new = DuckDBWarehouse(tmp_path / "new.duckdb")
+    new.ensure_table(SPEC)
+    expected = _metadata_columns(new)
+    assert len(expected) > 30  # seven tables and the version sequence
+    old = DuckDBWarehouse(tmp_path / "old.duckdb")
+    for statement in _OLD_METADATA:
+        old.execute(statement)
+    old.ensure_table(SPEC)
+    assert _metadata_columns(old) == expected
+    assert old.query(
+        "SELECT version, checksum, row_count FROM backfill_meta.partition_versions"
+    ) == [(1, None, None)]
+    old.execute("DROP TABLE backfill_meta.swap_companions")
+    old.execute("DROP SEQUENCE backfill_meta.version_seq")
+    old.execute("ALTER TABLE backfill_meta.swap_days DROP COLUMN checksum_out")
+    old.ensure_table(SPEC)
+    assert _metadata_columns(old) == expected
+    # The claims a lease or a plan takes before any table exists: the coordination tables alone.
+    lone = DuckDBWarehouse(tmp_path / "lone.duckdb")
+    assert lone.claim_plan(SPEC.name, "p1") == "p1"
+    assert {t for t, *_ in _metadata_columns(lone)} == {"plan_claims", "writer_lease"}
+
+
 _READ_IN_ANOTHER_PROCESS = """
 import sys, duckdb
 con = duckdb.connect(sys.argv[1], read_only=True)

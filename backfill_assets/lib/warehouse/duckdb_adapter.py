@@ -74,6 +74,41 @@ M = METADATA_SCHEMA
 _BUILD_VIEW = "__backfill_build"
 _WEEK_RE = re.compile(r"([0-9]{4})w([0-9]{2})", re.ASCII)
 
+# The metadata tables and their columns, in order. A table is created with every column; one from
+# before a column (a file an earlier version wrote) is given it at the end, where it was added.
+_COORDINATION_TABLES: dict[str, tuple[str, ...]] = {
+    "writer_lease": (
+        "table_name VARCHAR PRIMARY KEY", "holder_id VARCHAR", "role VARCHAR", "job_name VARCHAR",
+        "plan_id VARCHAR", "host VARCHAR", "pid BIGINT", "claimed_at TIMESTAMP",
+    ),
+    "plan_claims": ("table_name VARCHAR PRIMARY KEY", "plan_id VARCHAR", "claimed_at TIMESTAMP"),
+}  # fmt: skip
+_META_TABLES: dict[str, tuple[str, ...]] = {
+    "partition_versions": (
+        "table_name VARCHAR", "partition_date DATE", "version BIGINT", "written_at TIMESTAMP",
+        "checksum VARCHAR", "row_count BIGINT",
+    ),
+    "shadow_log": (
+        "table_name VARCHAR", "partition_date DATE", "plan_id VARCHAR", "base_version BIGINT",
+        "row_count BIGINT", "written_at TIMESTAMP", "checksum VARCHAR",
+    ),
+    "swap_log": (
+        "table_name VARCHAR", "plan_id VARCHAR", "week VARCHAR", "range_start DATE",
+        "range_end DATE", "had_live BOOLEAN", "state VARCHAR", "changed_at TIMESTAMP",
+    ),
+    "swap_days": (
+        "table_name VARCHAR", "plan_id VARCHAR", "partition_date DATE", "checksum_in VARCHAR",
+        "checksum_out VARCHAR",
+    ),
+    # The downstream relations a swap published with the target, and their backups.
+    "swap_companions": (
+        "table_name VARCHAR", "plan_id VARCHAR", "live VARCHAR", "shadow VARCHAR",
+        "backup VARCHAR", "had_live BOOLEAN",
+    ),
+    **_COORDINATION_TABLES,
+}  # fmt: skip
+_SEQUENCES = "<sequences>"  # the catalog query's name for the schema's sequences
+
 
 def _monday_of(week: str) -> dt.date:
     m = _WEEK_RE.fullmatch(week)
@@ -310,46 +345,19 @@ class DuckDBWarehouse:
         """Create what is missing; the table holding the target's rows that no week table
         overrides: the target itself while it is a plain table, else the base table under its
         view."""
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
-        con.execute(f"CREATE SEQUENCE IF NOT EXISTS {M}.version_seq START 1")
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.partition_versions (table_name VARCHAR, "
-            "partition_date DATE, version BIGINT, written_at TIMESTAMP)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.shadow_log (table_name VARCHAR, partition_date DATE, "
-            "plan_id VARCHAR, base_version BIGINT, row_count BIGINT, written_at TIMESTAMP)"
-        )
-        # Rows and checksum of each day as written (files from before these columns get them).
-        for table in ("partition_versions", "shadow_log"):
-            con.execute(f"ALTER TABLE {M}.{table} ADD COLUMN IF NOT EXISTS checksum VARCHAR")
-        con.execute(f"ALTER TABLE {M}.partition_versions ADD COLUMN IF NOT EXISTS row_count BIGINT")
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.swap_log (table_name VARCHAR, plan_id VARCHAR, "
-            "week VARCHAR, range_start DATE, range_end DATE, had_live BOOLEAN, state VARCHAR, "
-            "changed_at TIMESTAMP)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.swap_days (table_name VARCHAR, plan_id VARCHAR, "
-            "partition_date DATE, checksum_in VARCHAR, checksum_out VARCHAR)"
-        )
-        # The downstream relations a swap published with the target, and their backups.
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.swap_companions (table_name VARCHAR, "
-            "plan_id VARCHAR, live VARCHAR, shadow VARCHAR, backup VARCHAR, had_live BOOLEAN)"
-        )
-        self._ensure_meta(con)
-        template = quote_ident(f"{spec.name}{TEMPLATE_SUFFIX}")
+        self._ensure_meta(con, _META_TABLES, ("version_seq",))
+        template = f"{spec.name}{TEMPLATE_SUFFIX}"
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
-        con.execute(f"CREATE TABLE IF NOT EXISTS {template} ({cols})")
         found = set(
             con.execute(
                 "SELECT 'view', view_name FROM duckdb_views() WHERE schema_name = 'main' "
                 "AND NOT internal AND view_name IN ($a, $b) UNION ALL SELECT 'table', table_name "
-                "FROM duckdb_tables() WHERE schema_name = 'main' AND table_name IN ($a, $c)",
-                {"a": spec.name, "b": spec.shadow_name, "c": _base_table(spec)},
+                "FROM duckdb_tables() WHERE schema_name = 'main' AND table_name IN ($a, $c, $d)",
+                {"a": spec.name, "b": spec.shadow_name, "c": _base_table(spec), "d": template},
             ).fetchall()
         )
+        if ("table", template) not in found:
+            con.execute(f"CREATE TABLE IF NOT EXISTS {quote_ident(template)} ({cols})")
         has_base, has_view = ("table", _base_table(spec)) in found, ("view", spec.name) in found
         rows_table = _base_table(spec)
         if ("table", spec.name) in found:
@@ -384,18 +392,35 @@ class DuckDBWarehouse:
             f"ALTER TABLE {quote_ident(_base_table(spec))} RENAME TO {quote_ident(spec.name)}"
         )
 
-    def _ensure_meta(self, con: duckdb.DuckDBPyConnection) -> None:
-        """The coordination tables (writer lease, plan claims); no table spec needed."""
-        con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.writer_lease (table_name VARCHAR PRIMARY KEY, "
-            "holder_id VARCHAR, role VARCHAR, job_name VARCHAR, plan_id VARCHAR, host VARCHAR, "
-            "pid BIGINT, claimed_at TIMESTAMP)"
-        )
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {M}.plan_claims (table_name VARCHAR PRIMARY KEY, "
-            "plan_id VARCHAR, claimed_at TIMESTAMP)"
-        )
+    def _ensure_meta(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        tables: Mapping[str, tuple[str, ...]] = _COORDINATION_TABLES,
+        sequences: tuple[str, ...] = (),
+    ) -> None:
+        """Create the metadata tables of `tables` and the `sequences` that are missing, and give
+        a table from before a column that column. When nothing is missing (every call but a
+        file's first) that is one catalog query, in place of a CREATE or ALTER ... IF NOT EXISTS
+        statement per table and added column."""
+        have: dict[str, set[str]] = {}
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = $s "
+            "UNION ALL SELECT $seq, sequence_name FROM duckdb_sequences() WHERE schema_name = $s",
+            {"s": M, "seq": _SEQUENCES},
+        ).fetchall():
+            have.setdefault(table, set()).add(column)
+        if not have:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {M}")
+        for seq in sequences:
+            if seq not in have.get(_SEQUENCES, ()):
+                con.execute(f"CREATE SEQUENCE IF NOT EXISTS {M}.{seq} START 1")
+        for table, columns in tables.items():
+            if table not in have:
+                con.execute(f"CREATE TABLE IF NOT EXISTS {M}.{table} ({', '.join(columns)})")
+                continue
+            for column in columns:
+                if column.split()[0] not in have[table]:
+                    con.execute(f"ALTER TABLE {M}.{table} ADD COLUMN IF NOT EXISTS {column}")
 
     def _recreate_view(
         self,
