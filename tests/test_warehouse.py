@@ -287,7 +287,7 @@ def test_metadata_from_an_older_file_or_dropped_by_hand_is_completed_as_a_new_fi
 ):
     """The metadata check costs one catalog query when nothing is missing; what is missing, a
     table, a column or the version sequence, is created as a new file has it, in its order (the
-    metadata inserts name their columns by position), and what is there is kept."""
+    metadata inserts fill their columns by position), and what is there is kept."""
     new = DuckDBWarehouse(tmp_path / "new.duckdb")
     new.ensure_table(SPEC)
     expected = _metadata_columns(new)

@@ -1097,7 +1097,8 @@ class DuckDBWarehouse:
             return None
 
     def _active_plan(self, con: duckdb.DuckDBPyConnection, table: str) -> str | None:
-        self._ensure_meta(con)
+        """The plan holding `table`; the caller has ensured the metadata (`_ensure_meta`, or
+        `_ensure`, which covers it), once per transaction."""
         row = con.execute(
             f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = $t AND plan_id IS NOT NULL",
             {"t": table},
@@ -1110,6 +1111,7 @@ class DuckDBWarehouse:
         validate_ident(plan_id, "plan id")
         validate_ident(table, "table name")
         with self.transaction() as con:
+            self._ensure_meta(con)
             holder = self._active_plan(con, table)
             if holder is None:
                 con.execute(
@@ -1122,10 +1124,11 @@ class DuckDBWarehouse:
     def release_plan(self, table: str, plan_id: str) -> bool:
         """Free `table` if `plan_id` holds it (rolled back, released or abandoned)."""
         with self.transaction() as con:
+            self._ensure_meta(con)
             return self._free_plan(con, table, plan_id)
 
     def _free_plan(self, con: duckdb.DuckDBPyConnection, table: str, plan_id: str) -> bool:
-        self._ensure_meta(con)
+        """Free `table` if `plan_id` holds it; the caller has ensured the metadata."""
         done = con.execute(
             f"DELETE FROM {M}.plan_claims WHERE table_name = $t AND plan_id = $p RETURNING 1",
             {"t": table, "p": plan_id},
