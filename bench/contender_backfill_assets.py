@@ -102,8 +102,10 @@ def backfill_in_weeks(
 def run_backfill_assets_dagster(path: Path, start: dt.date, end: dt.date) -> dict[str, Any]:
     """The same backfill through the project's own path: plan -> approve -> one Dagster run per
     ISO-week batch (shadow write + blocking gates recorded per partition in a real instance) ->
-    the swap job. What `backfill-assets plan/approve/run/swap --no-refresh` does, in-process.
-    The instance stores in SQLite under a fresh DAGSTER_HOME holding the shipped dagster.yaml."""
+    the swap job, which builds the impacted dbt models in shadow and publishes them with the
+    target. What `backfill-assets plan/approve/run/swap` does, in-process, up to the swap job
+    (the CLI then refreshes the impacted assets the swap did not publish). The instance stores
+    in SQLite under a fresh DAGSTER_HOME holding the shipped dagster.yaml."""
     return through_dagster(str(path), start, end, None)
 
 

@@ -1,11 +1,12 @@
 """Where the time of the Dagster path (d') goes: a cProfile of `execute_plan` on tiny data.
 
-    python -m bench.profile_dagster_path [--consolidated] [--top 25]
+    python -m bench.profile_dagster_path [--consolidated] [--orders-per-day 500] [--top 25]
 
-Four weekly batches of 500 orders a day, so that the warehouse work is small and what is left is
-the path's own cost: one in-process run per batch, its events in a SQLite instance under a fresh
-DAGSTER_HOME holding the shipped dagster.yaml (`--consolidated`: with Dagster's consolidated
-SQLite event log instead, one file for every run). Prints the wall time, the events the batch
+Four weekly batches of 500 orders a day by default, so that the warehouse work is small and what
+is left is the path's own cost (`--orders-per-day 100000`: nearer the bench's own size): one
+in-process run per batch, its events in a SQLite instance under a fresh DAGSTER_HOME holding the
+shipped dagster.yaml (`--consolidated`: with Dagster's consolidated SQLite event log instead,
+one file for every run). Prints the wall time, the events the batch
 runs stored, and the profile's top entries by cumulative time. Not a measure of `make bench`:
 a profile, for bench/README.md's "where d' goes".
 """
@@ -32,6 +33,7 @@ NOW = dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC)
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--consolidated", action="store_true")
+    ap.add_argument("--orders-per-day", type=int, default=500, metavar="N")
     ap.add_argument("--top", type=int, default=25)
     a = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench_profile_"))
@@ -49,12 +51,12 @@ def main() -> None:
     os.environ["BACKFILL_ASSETS_WAREHOUSE"] = str(root / "warehouse.duckdb")
     os.environ.setdefault("BACKFILL_ASSETS_DBT_PROJECT", str(REPO_DIR / "dbt_project"))
     try:
-        _profile(root, a.top)
+        _profile(root, a.orders_per_day, a.top)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _profile(root: Path, top: int) -> None:
+def _profile(root: Path, orders_per_day: int, top: int) -> None:
     import dagster as dg
 
     from backfill_assets.example.definitions import example_definitions
@@ -68,7 +70,7 @@ def _profile(root: Path, top: int) -> None:
     tables = backfill_tables(defs)
     instance = dg.DagsterInstance.get()
     wh = DuckDBWarehouse(root / "warehouse.duckdb")
-    land_days(defs, instance, START, END, 500)
+    land_days(defs, instance, START, END, orders_per_day)
     write_history(instance, wh, START, END)
     plan = approved_plan(defs, tables, instance, wh, START, END + dt.timedelta(days=1), NOW)
     before = _events(instance)
@@ -82,7 +84,8 @@ def _profile(root: Path, top: int) -> None:
     wall = time.perf_counter() - t0
     events = _events(instance) - before
     print(
-        f"{len(reports)} batches ({', '.join(r.status for r in reports)}) in {wall:.2f} s: "
+        f"{len(reports)} batches ({', '.join(r.status for r in reports)}) of {orders_per_day} "
+        f"orders a day in {wall:.2f} s: "
         f"{wall / len(reports):.2f} s a batch, {events} events stored ({events / len(reports):.0f} "
         "a batch)"
     )
