@@ -88,7 +88,8 @@ def seed(
     instance: dg.DagsterInstance, warehouse: str, today: dt.date
 ) -> tuple[BackfillPlan, dt.date, dt.date]:
     """Land the history, plan, approve, plant the corruption, run until the gate fails."""
-    first, last = today - dt.timedelta(days=28), today - dt.timedelta(days=5)
+    # From 31 days ago: at least three days before the plan, which starts 21-27 days ago.
+    first, last = today - dt.timedelta(days=31), today - dt.timedelta(days=5)
     land_days(defs, instance, first, last, ROWS_PER_DAY)
     wh = DuckDBWarehouse(warehouse)
     # The history as the buggy v1 logic wrote it (tests/conftest.py `history`): building the

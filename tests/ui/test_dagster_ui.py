@@ -331,8 +331,10 @@ def test_materializing_the_target_from_its_page_writes_nothing_and_proposes_a_pl
     launches a backfill of the target; its run is refused before anything is written, says why,
     and leaves a proposed plan for the same range on backfill_plans."""
     dev = story.dev
-    start = dev.today - dt.timedelta(days=27)  # history the story's plan does not cover
-    end = start + dt.timedelta(days=2)
+    # Three days of history right before the story's plan. Its first day moves with the weekday
+    # (21-27 days ago); a fixed 27 days ago was its first batch on Fridays, whose run then passed.
+    end = story.plan.start - dt.timedelta(days=1)
+    start = end - dt.timedelta(days=2)
     before = quiet_checksums(dev, start, end)
     proposed_before = set(proposed_plans(story))
 
