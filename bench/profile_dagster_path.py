@@ -1,4 +1,4 @@
-"""Where the time of the Dagster path (d') goes: a cProfile of `execute_plan` on tiny data.
+"""Where the time of the Dagster path (d') goes: a cProfile of `execute_plan`.
 
     python -m bench.profile_dagster_path [--consolidated] [--orders-per-day 500] [--top 25]
 
@@ -6,9 +6,9 @@ Four weekly batches of 500 orders a day by default, so that the warehouse work i
 is left is the path's own cost (`--orders-per-day 100000`: nearer the bench's own size): one
 in-process run per batch, its events in a SQLite instance under a fresh DAGSTER_HOME holding the
 shipped dagster.yaml (`--consolidated`: with Dagster's consolidated SQLite event log instead,
-one file for every run). Prints the wall time, the events the batch
-runs stored, and the profile's top entries by cumulative time. Not a measure of `make bench`:
-a profile, for bench/README.md's "where d' goes".
+one file for every run). Prints the wall time, the events the batch runs stored, and the
+profile's top entries by cumulative time. Not a measure of `make bench`: a profile, for
+bench/README.md's "where d' goes".
 """
 
 from __future__ import annotations
