@@ -217,3 +217,26 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
         defs = _definitions(found[0], spec.describe())
     _LOADED[spec] = defs
     return defs
+
+
+def load_location(spec: LocationSpec, *, snapshot_ok: bool) -> Any:
+    """What the commands read from the location `spec` (a `cli.snapshot.LocationView`).
+
+    `snapshot_ok`: the command needs no jobs or Definitions of its own (plan, approve, status,
+    ...), so the location's snapshot serves while it is current; else, and when it is not, the
+    location is imported (once per process) and its snapshot written again.
+    """
+    from backfill_assets.cli import snapshot
+
+    if snapshot_ok:
+        view = snapshot.load(spec)
+        if view is not None:
+            return view
+    if spec in _LOADED:
+        return snapshot.view_of(_LOADED[spec])
+    key = snapshot.context_key(spec)
+    with snapshot.recording() as reads:
+        defs = load_definitions(spec)
+    view = snapshot.view_of(defs)
+    snapshot.store(spec, key, view, reads)
+    return view
