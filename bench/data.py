@@ -101,8 +101,13 @@ class Templates:
 
         t0 = time.perf_counter()
         path = fresh_copy(self.raw, self.dir / "weekly.duckdb")
+        # As the daily job writes it: with the fingerprints its gates compare, recorded.
         DuckDBWarehouse(path).replace_partitions(
-            ORDERS.spec, self.size.start, self.size.end, build=o.ORDERS_DAILY_SQL_V1
+            ORDERS.spec,
+            self.size.start,
+            self.size.end,
+            build=o.ORDERS_DAILY_SQL_V1,
+            fingerprint=ORDERS.criteria.fingerprint_columns,
         )
         checkpoint(path)
         self._timed("weekly", t0)

@@ -412,3 +412,114 @@ def test_a_session_keeps_the_file_open_and_its_writes_commit_and_checkpoint_as_a
                            {"d": D(2026, 1, 25)}) == [(100,)]  # fmt: skip
         assert _open_elsewhere(path) == "locked"
     assert _open_elsewhere(path) == "opened"
+
+
+# -- the gates' reads: the target's recorded fingerprints, duplicates, the sample ------------------
+
+GATE_START, GATE_END = D(2026, 1, 12), D(2026, 1, 19)
+# Each corrupts the shadow week after its write, as a wrong build would have written it.
+SHADOW_CORRUPTIONS = {
+    "clean": None,
+    "unchanged column": "UPDATE {t} SET gross_amount = gross_amount + 1 "
+    "WHERE order_date = DATE '2026-01-14' AND order_id % 7 = 0",
+    "changed column rule": "UPDATE {t} SET net_revenue_usd = net_revenue_usd + 1 "
+    "WHERE order_date = DATE '2026-01-15'",
+    "missing row": "DELETE FROM {t} WHERE order_id = (SELECT min(order_id) FROM {t} "
+    "WHERE order_date = DATE '2026-01-16')",
+    "duplicated key": "INSERT INTO {t} SELECT * FROM {t} WHERE order_date = DATE '2026-01-17' "
+    "ORDER BY order_id LIMIT 2",
+    "invariant": "UPDATE {t} SET status = 'lost' WHERE order_date = DATE '2026-01-18' "
+    "AND order_id % 5 = 0",
+    # Not a duplicate: a key may appear on two days (a partition's key is unique in its day).
+    "a key on two days": "UPDATE {t} SET order_id = (SELECT min(order_id) FROM {t} "
+    "WHERE order_date = DATE '2026-01-13') WHERE order_id = (SELECT min(order_id) FROM {t} "
+    "WHERE order_date = DATE '2026-01-12')",
+}
+
+
+def _gate_outcomes(wh: DuckDBWarehouse, corruption: str | None, criteria=ORDERS.criteria):
+    if corruption:
+        wh.execute(corruption.format(t=quote_ident("orders_daily__shadow__w2026w03")))
+    gates = evaluate_gates(wh, SPEC, criteria, GATE_START, GATE_END, "pg1")
+    return [(g.check_name, g.partition, g.passed, g.description, g.metadata) for g in gates]
+
+
+def _target_written(tmp_path: Path, seeded: DuckDBWarehouse, name: str, record: bool):
+    """A copy of the seeded file whose target's days were written again, with the fingerprints
+    of the table's criteria recorded (as the daily job writes) or not (as before they were)."""
+    import shutil
+
+    seeded.execute("CHECKPOINT")
+    wh = DuckDBWarehouse(shutil.copy(seeded.path, tmp_path / name), lock_timeout_s=2)
+    fingerprint = ORDERS.criteria.fingerprint_columns if record else ()
+    wh.replace_partitions(
+        SPEC, D(2026, 1, 1), D(2026, 2, 1), build=o.ORDERS_DAILY_SQL_V1, fingerprint=fingerprint
+    )
+    shadow(wh, "pg1", GATE_START, GATE_END)
+    return wh
+
+
+@pytest.mark.parametrize("corruption", sorted(SHADOW_CORRUPTIONS))
+def test_the_gates_find_the_same_from_the_target_s_recorded_fingerprints_as_from_a_scan(
+    seeded, tmp_path, corruption
+):
+    """A live write records each day's fingerprint of the key and the criteria's unchanged
+    columns; the gates read it instead of scanning the target, and find exactly what a scan of
+    the target finds: on a clean shadow and on every kind of corruption."""
+    recorded = _target_written(tmp_path, seeded, "recorded.duckdb", record=True)
+    scanned = _target_written(tmp_path, seeded, "scanned.duckdb", record=False)
+    rows = recorded.query(
+        "SELECT fingerprint_of, count(*), count(fingerprint) FROM backfill_meta.partition_versions "
+        "GROUP BY ALL"
+    )
+    assert rows == [(",".join(ORDERS.criteria.fingerprint_columns), 31, 31)]
+    assert scanned.query("SELECT count(fingerprint_of) FROM backfill_meta.partition_versions") == [
+        (0,)
+    ]
+    sql = SHADOW_CORRUPTIONS[corruption]
+    found = _gate_outcomes(recorded, sql)
+    assert found == _gate_outcomes(scanned, sql)
+    failing = {(c, p) for c, p, ok, *_ in found if not ok}
+    expected = {
+        "clean": set(),
+        "unchanged column": {("sample_gate", "2026-01-14")},
+        "changed column rule": {("sample_gate", "2026-01-15")},
+        "missing row": {("row_count_gate", "2026-01-16"), ("sample_gate", "2026-01-16")},
+        "duplicated key": {("row_count_gate", "2026-01-17"), ("sample_gate", "2026-01-17")},
+        "invariant": {("invariants_gate", "2026-01-18"), ("sample_gate", "2026-01-18")},
+        # The key of the 12th changed (its fingerprint does), and neither day has a duplicate.
+        "a key on two days": {("sample_gate", "2026-01-12")},
+    }[corruption]
+    assert failing == expected
+    by = {(c, p): m for c, p, _, _, m in found}
+    if corruption == "duplicated key":
+        assert by[("row_count_gate", "2026-01-17")]["duplicate_key_rows"] == 2
+    if corruption == "changed column rule":
+        # The sampled rows that break the rule come back whole, with what is wrong.
+        sample = by[("sample_gate", "2026-01-15")]
+        assert sample["rule_violations"] and sample["mismatching_rows"]
+        assert "net_revenue_usd" in sample["mismatching_rows"][0]
+    assert all(m.get("duplicate_key_rows", 0) == 0 for (c, p), m in by.items()
+               if p != "2026-01-17")  # fmt: skip
+
+
+def test_a_plan_with_other_unchanged_columns_than_the_table_s_scans_the_target(seeded, tmp_path):
+    """The recorded fingerprints cover the table's criteria; a plan that compares other columns
+    (a criteria file) reads the target's rows instead, and still catches what is wrong in them."""
+    import dataclasses
+
+    from backfill_assets.lib.planning.criteria import SampleCriterion
+
+    wh = _target_written(tmp_path, seeded, "recorded.duckdb", record=True)
+    assert ORDERS.criteria.sample is not None
+    fewer = dataclasses.replace(
+        ORDERS.criteria,
+        sample=SampleCriterion(
+            size=ORDERS.criteria.sample.size,
+            unchanged_columns=("customer_id", "gross_amount"),
+            changed_columns=ORDERS.criteria.sample.changed_columns,
+        ),
+    )
+    assert not [g for g in _gate_outcomes(wh, None, fewer) if not g[2]]
+    found = _gate_outcomes(wh, SHADOW_CORRUPTIONS["unchanged column"], fewer)
+    assert {(c, p) for c, p, ok, *_ in found if not ok} == {("sample_gate", "2026-01-14")}

@@ -52,7 +52,11 @@ def write_history(
     """orders_daily for [start, end] as logic `logic` built it, recorded as materializations of
     that code version; returns the rows written."""
     counts = wh.replace_partitions(
-        ORDERS.spec, start, end_inclusive + dt.timedelta(days=1), build=LOGIC[logic]
+        ORDERS.spec,
+        start,
+        end_inclusive + dt.timedelta(days=1),
+        build=LOGIC[logic],
+        fingerprint=ORDERS.criteria.fingerprint_columns,
     )
     total = wh.table_rows(ORDERS.spec)
     for day, rows in sorted(counts.items()):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from backfill_assets.lib.frames import check_frame
+from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 
@@ -38,11 +39,20 @@ def write_partitions(
     shadow: bool,
     plan_id: str | None = None,
     build: SQL | pd.DataFrame | None = None,
+    criteria: Criteria | None = None,
 ) -> dict[dt.date, int]:
     """Replace days [start, end) of the live table or its shadow; rows written per day.
-    `build`: what `prepared_build` returned, when the caller ran it first."""
+    `build`: what `prepared_build` returned, when the caller ran it first. The write records
+    the fingerprints the gates compare, of `criteria`'s unchanged columns (the plan's, for a
+    shadow write; the table's by default)."""
     if build is None:
         build = prepared_build(table, start, end)
     return wh.replace_partitions(
-        table.spec, start, end, build=build, shadow=shadow, plan_id=plan_id
+        table.spec,
+        start,
+        end,
+        build=build,
+        shadow=shadow,
+        plan_id=plan_id,
+        fingerprint=(criteria or table.criteria).fingerprint_columns,
     )

@@ -125,6 +125,14 @@ class Criteria:
             validate_predicate(inv.predicate, columns)
         return self
 
+    @property
+    def fingerprint_columns(self) -> tuple[str, ...]:
+        """The unchanged columns whose whole-partition fingerprint the sample gate compares
+        (none when it compares none): what a write records for the gates."""
+        if self.sample is None or not self.sample.full_compare:
+            return ()
+        return self.sample.unchanged_columns
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-native data (lists, not tuples)."""
         return _ADAPTER.dump_python(self, mode="json")

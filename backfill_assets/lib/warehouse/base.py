@@ -244,6 +244,7 @@ class Warehouse(Protocol):
         build: SQL | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
+        fingerprint: Sequence[str] = (),
     ) -> dict[dt.date, int]: ...
 
     def partition_stats(

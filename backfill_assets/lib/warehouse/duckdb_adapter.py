@@ -86,7 +86,7 @@ _COORDINATION_TABLES: dict[str, tuple[str, ...]] = {
 _META_TABLES: dict[str, tuple[str, ...]] = {
     "partition_versions": (
         "table_name VARCHAR", "partition_date DATE", "version BIGINT", "written_at TIMESTAMP",
-        "checksum VARCHAR", "row_count BIGINT",
+        "checksum VARCHAR", "row_count BIGINT", "fingerprint HUGEINT", "fingerprint_of VARCHAR",
     ),
     "shadow_log": (
         "table_name VARCHAR", "partition_date DATE", "plan_id VARCHAR", "base_version BIGINT",
@@ -455,13 +455,18 @@ class DuckDBWarehouse:
         build: SQL | pd.DataFrame,
         shadow: bool = False,
         plan_id: str | None = None,
+        fingerprint: Sequence[str] = (),
     ) -> dict[dt.date, int]:
         """Replace the rows of days [start, end) with the build's output, in one transaction.
 
         `build` is one SELECT over [$start, $end) or a DataFrame already checked against the
         spec (`lib.frames.check_frame`). Live writes bump each partition's version; shadow
         writes record the live version they were built against, so the swap can tell when the
-        live partition changed since.
+        live partition changed since. Each write records every day's rows and checksum, and a
+        live write with `fingerprint` (the unchanged columns of the table's criteria) the day's
+        fingerprint of the key and those columns (`fingerprint_sql`), all from one scan of what
+        it wrote: the gates of a later backfill read the target's from there instead of
+        scanning it. A shadow is always scanned by its gates.
         """
         # A partition key is parsed as a date before it reaches SQL: a malformed one used to fail
         # with a bare TypeError/AttributeError instead of saying what is wrong.
@@ -516,7 +521,12 @@ class DuckDBWarehouse:
                 f"WHERE {pc} >= DATE '{w0}' AND {pc} < DATE '{w1}'"
                 for t, w0, w1 in pieces
             )
-            sums = self._checksums(con, f"({written})", spec, start, end)
+            days = _days(start, end)
+            stats = self._day_stats(
+                con, f"({written})", spec, start, end, () if shadow else fingerprint
+            )
+            sums = {d: stats[d][0] if d in stats else None for d in days}
+            fps = Fingerprints(fingerprint_of(fingerprint), {d: v[1] for d, v in stats.items()})
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             if shadow:
                 con.execute(
@@ -524,27 +534,21 @@ class DuckDBWarehouse:
                     "AND partition_date < $e",
                     {"t": spec.name, "s": start, "e": end},
                 )
+                # One statement for every day (executemany runs one per row, ~1.5 ms each).
                 con.execute(
                     f"INSERT INTO {M}.shadow_log (table_name, partition_date, plan_id, "
-                    "base_version, row_count, written_at, checksum) SELECT $t, d::DATE, $plan, "
-                    f"coalesce((SELECT max(version) FROM {M}.partition_versions v "
-                    "WHERE v.table_name = $t AND v.partition_date = d::DATE), 0), "
-                    f"0, $now, '{EMPTY}' FROM range($s::TIMESTAMP, $e::TIMESTAMP, INTERVAL 1 DAY) "
-                    "r(d)",
-                    {"t": spec.name, "plan": plan_id or "", "s": start, "e": end, "now": now},
-                )
-                if sums:  # one statement: executemany runs one per row (~1.5 ms each)
-                    con.execute(
-                        f"UPDATE {M}.shadow_log SET row_count = u.n, checksum = u.c FROM "
-                        "(SELECT unnest($d::DATE[]) AS d, unnest($n::BIGINT[]) AS n, "
-                        "unnest($c::VARCHAR[]) AS c) u "
-                        "WHERE table_name = $t AND partition_date = u.d",
-                        {"t": spec.name, "d": list(sums),
-                         "n": [_rows_of(c) for c in sums.values()], "c": list(sums.values())},
-                    )  # fmt: skip
+                    "base_version, row_count, written_at, checksum) SELECT $t, u.d, $plan, "
+                    "coalesce(v.version, 0), u.n, $now, u.c FROM (SELECT unnest($d::DATE[]) AS d, "
+                    "unnest($n::BIGINT[]) AS n, unnest($c::VARCHAR[]) AS c) u LEFT JOIN "
+                    f"(SELECT partition_date, max(version) AS version FROM {M}.partition_versions "
+                    "WHERE table_name = $t GROUP BY ALL) v ON v.partition_date = u.d",
+                    {"t": spec.name, "plan": plan_id or "", "now": now, "d": days,
+                     "n": [_rows_of(sums[d]) for d in days],
+                     "c": [sums[d] or EMPTY for d in days]},
+                )  # fmt: skip
             else:
-                self._bump_versions(con, spec, {d: sums.get(d) for d in _days(start, end)}, now)
-        return {d: _rows_of(sums.get(d)) for d in _days(start, end)}
+                self._bump_versions(con, spec, sums, now, fps)
+        return {d: _rows_of(sums[d]) for d in days}
 
     def _bump_versions(
         self,
@@ -552,11 +556,15 @@ class DuckDBWarehouse:
         spec: TableSpec,
         sums: Mapping[dt.date, str | None],
         now: dt.datetime,
+        fingerprints: Fingerprints | None = None,
     ) -> None:
-        """A new version for each day of `sums`, with the rows and checksum it now holds."""
+        """A new version for each day of `sums`, with the rows and checksum it now holds, and
+        its fingerprint when `fingerprints` has one (else none is recorded: the gates compute
+        it from the rows)."""
         if not sums:
             return
         days = sorted(sums)
+        fps = fingerprints or Fingerprints("", {})
         con.execute(
             f"DELETE FROM {M}.partition_versions WHERE table_name = $t "
             "AND partition_date IN (SELECT unnest($days::DATE[]))",
@@ -565,11 +573,12 @@ class DuckDBWarehouse:
         # One statement for every day (executemany runs one per row, ~1.5 ms each).
         con.execute(
             f"INSERT INTO {M}.partition_versions (table_name, partition_date, version, "
-            f"written_at, checksum, row_count) SELECT $t, d, nextval('{M}.version_seq'), $now, "
-            "c, n FROM (SELECT unnest($d::DATE[]) AS d, unnest($c::VARCHAR[]) AS c, "
-            "unnest($n::BIGINT[]) AS n)",
+            "written_at, checksum, row_count, fingerprint, fingerprint_of) SELECT $t, d, "
+            f"nextval('{M}.version_seq'), $now, c, n, f::HUGEINT, $of FROM (SELECT "
+            "unnest($d::DATE[]) AS d, unnest($c::VARCHAR[]) AS c, unnest($n::BIGINT[]) AS n, "
+            "unnest($f::VARCHAR[]) AS f)",
             {"t": spec.name, "now": now, "d": days, "c": [sums[d] or EMPTY for d in days],
-             "n": [_rows_of(sums[d]) for d in days]},
+             "n": [_rows_of(sums[d]) for d in days], **fps.params(days)},
         )  # fmt: skip
 
     def _counts(
@@ -625,13 +634,30 @@ class DuckDBWarehouse:
         end: dt.date,
     ) -> dict[dt.date, str]:
         """Rows and checksum per day of `relation` (SQL: a quoted name or a subquery)."""
+        return {d: c for d, (c, _) in self._day_stats(con, relation, spec, start, end).items()}
+
+    def _day_stats(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        relation: str,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        fingerprint: Sequence[str] = (),
+    ) -> dict[dt.date, tuple[str, int | None]]:
+        """Per day of `relation` that has rows: its rows and checksum ("rows:hex"), and its
+        fingerprint of the key and the `fingerprint` columns (None without them), in one scan."""
         pc = quote_ident(spec.partition_column)
+        for c in fingerprint:
+            if c not in spec.column_names:
+                raise WarehouseError(f"fingerprint column {c!r} is not a column of {spec.name}")
+        fp = fingerprint_sql(spec, fingerprint) if fingerprint else "NULL"
         rows = con.execute(
-            f"SELECT {pc}, count(*), bit_xor(hash({column_list(spec.column_names)})) "
+            f"SELECT {pc}, count(*), bit_xor(hash({column_list(spec.column_names)})), {fp} "
             f"FROM {relation} WHERE {pc} >= $s AND {pc} < $e GROUP BY ALL",
             {"s": start, "e": end},
         ).fetchall()
-        return {day: f"{n}:{h:016x}" for day, n, h in rows}
+        return {day: (f"{n}:{h:016x}", f) for day, n, h, f in rows}
 
     def partition_versions(
         self, spec: TableSpec, start: dt.date, end: dt.date
@@ -779,6 +805,7 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id, "d": [d for d, _ in moves],
                  "ci": [m.checksum_in for _, m in moves], "co": [m.checksum_out for _, m in moves]},
             )  # fmt: skip
+            # No fingerprints: the gates of a later plan over these days scan them.
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             # The target's view names its week tables: it changes only when a week gets one
             # (each replaced week's name now holds its shadow). Recreating it binds every
@@ -1357,6 +1384,19 @@ def week_union(spec: TableSpec, tables: Sequence[str]) -> str:
     return " UNION ALL ".join(f"SELECT {cols} FROM {quote_ident(t)}" for t in tables)
 
 
+def fingerprint_sql(spec: TableSpec, unchanged: Sequence[str]) -> str:
+    """The aggregate of a day's fingerprint of the key and the `unchanged` columns, which the
+    gates compare between the shadow and the target: the sum of every row's hash, as HUGEINT.
+    A sum, not a XOR: an identical pair of rows would cancel out of a XOR, so equal
+    fingerprints say the two days hold the same (key, unchanged columns) rows, each as often."""
+    return f"sum(hash({column_list((*spec.primary_key, *unchanged))})::HUGEINT)"
+
+
+def fingerprint_of(unchanged: Sequence[str]) -> str:
+    """What a recorded fingerprint covers (beside the key): its unchanged columns, in order."""
+    return ",".join(unchanged)
+
+
 def _move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:
     return PartitionMove(
         _rows_of(checksum_in), checksum_in or EMPTY, _rows_of(checksum_out), checksum_out or EMPTY
@@ -1369,3 +1409,20 @@ def _rows_of(checksum: str | None) -> int:
 
 def _fmt_days(days: list[str]) -> str:
     return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
+
+
+class Fingerprints:
+    """Per-day fingerprints (`fingerprint_sql`) of the key and the columns `of` names, as a write
+    records them: None for a day without rows."""
+
+    def __init__(self, of: str, by_day: Mapping[dt.date, int | None]) -> None:
+        self.of = of
+        self.by_day = by_day
+
+    def params(self, days: Sequence[dt.date]) -> dict[str, Any]:
+        """The statement parameters `$f` (per day, as text: HUGEINT does not bind from Python)
+        and `$of` (NULL when nothing was fingerprinted)."""
+        if not self.of:
+            return {"f": [None] * len(days), "of": None}
+        values = [self.by_day.get(d) for d in days]
+        return {"f": [None if v is None else str(v) for v in values], "of": self.of}

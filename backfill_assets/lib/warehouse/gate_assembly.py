@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backfill_assets.lib.spec import TableSpec
@@ -54,10 +54,12 @@ def assemble(
     source_rows: dict[dt.date, int] | None,
     names: list[str],
     sampled_rows: Sequence[Sequence[Any]],
+    clean_samples: Mapping[dt.date, int] | None = None,
 ) -> GateInputs:
     """`shadow_stats` rows: (day, rows, duplicate keys, fingerprint, *invariant violations);
     `live_stats` rows: (day, rows, fingerprint); `sampled_rows`: every column of the shadow,
-    `target_<c>` per unchanged column, then the flags `__missing`, `__diff<i>`, `__ok<i>`."""
+    `target_<c>` per unchanged column, then the flags `__missing`, `__diff<i>`, `__ok<i>`.
+    `clean_samples`: instead of the rows, the number sampled per day when every one passed."""
     cols = spec.column_names
     preds = predicates
     inv_names = list(invariants)
@@ -65,11 +67,13 @@ def assemble(
     i_missing = len(shown_names)
     i_diff = i_missing + 1
     i_ok = i_diff + len(unchanged)
-    pcol = names.index(spec.partition_column)
+    pcol = names.index(spec.partition_column) if sampled_rows else 0
     tallies: dict[dt.date, list[int]] = defaultdict(lambda: [0] * (2 + len(unchanged) + len(preds)))
     bad_rows: dict[dt.date, list[dict[str, Any]]] = defaultdict(list)
     # The flags of a row that passes: nearly every sampled row, only counted.
     clean = (False, *(False,) * len(unchanged), *(True,) * len(preds))
+    for day, n in (clean_samples or {}).items():
+        tallies[day][0] += n
     for row in sampled_rows:
         day = row[pcol]
         t = tallies[day]
