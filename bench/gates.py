@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from backfill_assets.constants import METADATA_SCHEMA, SAMPLE_CHECK, WEEK_INFIX
+from backfill_assets.constants import SAMPLE_CHECK, WEEK_INFIX
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import iso_weeks, week_id
@@ -216,15 +216,9 @@ def measure_detection(ctx: BenchContext, templates: Templates) -> dict[str, Any]
     trials[CONTROL] = []
     for seed in range(ctx.size.detection_seeds):
         rng = random.Random(seed)
-        # A different gate sample per seed: the sample is seeded with the plan, and takes
-        # n / the rows the plan's write recorded of each day. The week is the same shadow, so
-        # it is recorded as the seed's plan's (a gate under a plan that wrote nothing would
-        # sample every row, and the sample alone would catch everything).
+        # A different gate sample per seed: the sample is seeded with the plan (and takes
+        # n / the shadow's rows of each day).
         plan_id = f"detect_s{seed}"
-        wh.execute(
-            f"UPDATE {METADATA_SCHEMA}.shadow_log SET plan_id = $p WHERE table_name = $t",
-            {"p": plan_id, "t": ORDERS_SPEC.name},
-        )
         for c in [None, *CORRUPTIONS]:
             day = w0 + dt.timedelta(days=rng.randrange((w1 - w0).days))
             planted = plant(wh, c, day, random.Random(f"{seed}-{c.name}")) if c else 0
