@@ -483,7 +483,7 @@ class DuckDBWarehouse:
                 con.register(_BUILD_VIEW, build)
             rows_table = self._ensure(con, spec)
             existing = self._week_tables(con, base)
-            created = False
+            weeks = dict(existing)  # with the ones created below: what the view is over
             # Each week goes to its week table: always for the shadow; for the target only
             # when the week has one (a swap published it), else to the table of its other rows
             # (the target itself, or the base table under its view), one piece per run of
@@ -499,7 +499,7 @@ class DuckDBWarehouse:
                     table = self._week_table(base, w0)
                     if week_id(w0) not in existing:
                         self._create_week(con, spec, table)
-                        created = True
+                        weeks[week_id(w0)] = table
                 pieces.append((table, w0, w1))
             for table, w0, w1 in pieces:
                 qt = quote_ident(table)
@@ -512,8 +512,8 @@ class DuckDBWarehouse:
                     f"WHERE {pc} >= $start AND {pc} < $end{order}",
                     {"start": w0, "end": w1},
                 )
-            if created:
-                self._recreate_view(con, spec, base)
+            if weeks != existing:
+                self._recreate_view(con, spec, base, weeks)
             # From the tables just written, not the view: planning a view grows with its tables
             # (one day's checksums took 11 ms at 26 week tables and 42 ms at 143).
             written = " UNION ALL ".join(
