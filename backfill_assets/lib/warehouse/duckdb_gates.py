@@ -1,16 +1,20 @@
-"""Everything the gates of one batch need from DuckDB, in five set-based queries on one connection.
+"""Everything the gates of one batch need from DuckDB, in a few set-based queries on one
+connection (see docs/architecture.md, Gates).
 
 A batch is a week: per-partition queries in a loop cost a connection and several round trips
 per day, which made the gates several times slower than the write they check. Here each query
 covers the whole range and groups by partition, over the batch's own week tables (not the view
-over every week). A key is sampled when `hash(pk, "<plan>:<day>")` falls below n / the rows the
-shadow write recorded for its partition, so the sample is reproducible.
+over every week): the shadow's rows and fingerprint; the target's, as its writes recorded them
+(or scanned); the shadow's duplicate keys and invariant violations; the source counts; the
+sample. A key is sampled when `hash(pk, "<plan>:<day>")` falls below n / the shadow's rows of
+its partition, so the sample is reproducible.
 
-Measured query by query on one of the bench's 1.4M-row weeks: `count(DISTINCT pk)` beside the
-other aggregates took 143 ms for the shadow's step; duplicate keys are now counted on a bitmap
-of an integer key's range in the same scan (72 ms), or else from the keys alone, sorted within
-each day (104 ms). A sampled row comes back whole only when it fails, since turning ~1,400
-clean rows' decimals and timestamps into Python objects took a quarter of the sample query.
+Measured query by query on one of the bench's 1.4M-row weeks (2026-12-04): hashing the shadow's
+key and unchanged columns 13 ms; the duplicate count 7 ms over the whole batch, against 16 ms
+with a bitmap per day and 143 ms for `count(DISTINCT pk)`; the full sample joined to the target
+27 ms, against about 8 ms for the rules of the changed columns alone when the fingerprints
+agree. A sampled row comes back whole only when it fails, since turning ~1,400 clean rows'
+values into Python objects took a quarter of the sample query.
 """
 
 from __future__ import annotations
@@ -98,9 +102,10 @@ def _violations(
     con: Any, shadow: str, pc: str, in_range: str, rng: Mapping[str, Any], invs: list[str]
 ) -> dict[tuple[int, Any], int]:
     """(invariant index, day) -> rows breaking it. Each invariant is a filter of its own scan:
-    DuckDB applies a filter while it reads a column (by its dictionary, its zone maps), where
-    the same predicate as an aggregate's argument is evaluated on every row. One week's
-    `status IN (...)`: 1.7 ms as a filter, 13.4 ms in count_if."""
+    DuckDB applies a filter while it reads a column, by its zone maps and, in a file opened since
+    the rows were written, by its dictionary, where the same predicate as an aggregate's argument
+    is evaluated on every row. One week's `status IN (...)` there: 1.7 ms as a filter, 13.4 ms in
+    count_if; on the rows a batch's session has just written, about 14 ms either way."""
     if not invs:
         return {}
     sql = " UNION ALL ".join(
@@ -223,9 +228,9 @@ def gate_inputs(
         # hash(pk, "<plan>:<day>") falls below n/rows of its partition: reproducible, about n
         # per partition, and no sort of the whole week (a per-partition row_number() over the
         # hash cost more than the write being checked). The share to take of a partition is
-        # n / the rows its shadow write recorded, and its seed "<plan>:<day>", both looked up
-        # by the row's day offset (a join of every row to the days cost more than the hash;
-        # building the seed per row, a third of the filter).
+        # n / the shadow's rows of that day (counted above), and its seed "<plan>:<day>", both
+        # looked up by the row's day offset (a join of every row to the days cost more than the
+        # hash; building the seed per row, a third of the filter).
         shares = [min(1.0, sample_size / max(shadow_side[d][0], 1)) for d in days]
         params = {**rng, "shares": shares, "seeds": [f"{plan_id}:{d.isoformat()}" for d in days]}
         key_args = ", ".join("x." + k for k in pk)
