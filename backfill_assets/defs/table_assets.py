@@ -256,7 +256,7 @@ def table_definitions(
         build = prepared_build(table, start, end)
         with wh.session():
             counts = write_partitions(
-                wh, table, start, end, shadow=True, plan_id=plan_id, build=build, criteria=criteria
+                wh, table, start, end, shadow=True, plan_id=plan_id, build=build
             )
             yield dg.MaterializeResult(
                 metadata={**_rows_metadata(context, counts), "plan_id": plan_id}

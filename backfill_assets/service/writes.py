@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from backfill_assets.lib.frames import check_frame
-from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 
@@ -39,12 +38,11 @@ def write_partitions(
     shadow: bool,
     plan_id: str | None = None,
     build: SQL | pd.DataFrame | None = None,
-    criteria: Criteria | None = None,
 ) -> dict[dt.date, int]:
     """Replace days [start, end) of the live table or its shadow; rows written per day.
-    `build`: what `prepared_build` returned, when the caller ran it first. The write records
-    the fingerprints the gates compare, of `criteria`'s unchanged columns (the plan's, for a
-    shadow write; the table's by default)."""
+    `build`: what `prepared_build` returned, when the caller ran it first. A live write records
+    the fingerprints of the table's criteria's unchanged columns, which the gates of a later
+    backfill compare with its shadow's."""
     if build is None:
         build = prepared_build(table, start, end)
     return wh.replace_partitions(
@@ -54,5 +52,5 @@ def write_partitions(
         build=build,
         shadow=shadow,
         plan_id=plan_id,
-        fingerprint=(criteria or table.criteria).fingerprint_columns,
+        fingerprint=() if shadow else table.criteria.fingerprint_columns,
     )

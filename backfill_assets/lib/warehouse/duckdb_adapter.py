@@ -35,6 +35,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -526,7 +527,6 @@ class DuckDBWarehouse:
                 con, f"({written})", spec, start, end, () if shadow else fingerprint
             )
             sums = {d: stats[d][0] if d in stats else None for d in days}
-            fps = Fingerprints(fingerprint_of(fingerprint), {d: v[1] for d, v in stats.items()})
             now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
             if shadow:
                 con.execute(
@@ -547,6 +547,7 @@ class DuckDBWarehouse:
                      "c": [sums[d] or EMPTY for d in days]},
                 )  # fmt: skip
             else:
+                fps = Fingerprints(fingerprint_of(fingerprint), {d: v[1] for d, v in stats.items()})
                 self._bump_versions(con, spec, sums, now, fps)
         return {d: _rows_of(sums[d]) for d in days}
 
@@ -1411,13 +1412,13 @@ def _fmt_days(days: list[str]) -> str:
     return ", ".join(days[:10]) + (f" and {len(days) - 10} more" if len(days) > 10 else "")
 
 
+@dataclass(frozen=True)
 class Fingerprints:
-    """Per-day fingerprints (`fingerprint_sql`) of the key and the columns `of` names, as a write
-    records them: None for a day without rows."""
+    """Per-day fingerprints (`fingerprint_sql`) of the key and the columns `of` names, as a live
+    write records them: None for a day without rows."""
 
-    def __init__(self, of: str, by_day: Mapping[dt.date, int | None]) -> None:
-        self.of = of
-        self.by_day = by_day
+    of: str
+    by_day: Mapping[dt.date, int | None]
 
     def params(self, days: Sequence[dt.date]) -> dict[str, Any]:
         """The statement parameters `$f` (per day, as text: HUGEINT does not bind from Python)
