@@ -523,3 +523,17 @@ def test_a_plan_with_other_unchanged_columns_than_the_table_s_scans_the_target(s
     assert not [g for g in _gate_outcomes(wh, None, fewer) if not g[2]]
     found = _gate_outcomes(wh, SHADOW_CORRUPTIONS["unchanged column"], fewer)
     assert {(c, p) for c, p, ok, *_ in found if not ok} == {("sample_gate", "2026-01-14")}
+
+
+def test_the_sample_read_from_the_shadow_alone_finds_what_the_full_sample_finds(seeded, tmp_path):
+    """When every day's fingerprints agree the sample reads only the changed columns' rules
+    from the shadow; one day that differs makes the gates join every sampled row to the target.
+    The days that did not change come out the same either way: sampled rows, rules, metadata."""
+    fast = _gate_outcomes(_target_written(tmp_path, seeded, "fast.duckdb", record=True), None)
+    full = _gate_outcomes(
+        _target_written(tmp_path, seeded, "full.duckdb", record=True),
+        SHADOW_CORRUPTIONS["unchanged column"],  # 2026-01-14 only
+    )
+    samples = [(p, m) for c, p, _, _, m in fast if c == "sample_gate"]
+    assert all(m["sampled_rows"] > 0 for _, m in samples)
+    assert [g for g in fast if g[1] != "2026-01-14"] == [g for g in full if g[1] != "2026-01-14"]
