@@ -260,3 +260,39 @@ def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_pa
     )
     assert main([*nowhere, "pause", plan.plan_id]) == 0
     assert main(["run", plan.plan_id]) == 0
+
+
+@pytest.mark.backends("postgres")
+def test_run_holds_its_instance_connections_instead_of_a_server_process_per_event(
+    defs, instance, history, capsys, monkeypatch
+):
+    """Dagster's PostgreSQL storage opens a server connection (a server process) for each read
+    and write unless told to hold them, as dagster-webserver does. `run` stores about 54 events
+    per batch: it holds one connection per storage for the command instead."""
+    import time
+
+    import psycopg
+
+    import backfill_assets.cli as cli
+    from tests.conftest import NOW, make_plan
+
+    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")  # one batch of 7 days
+    url = instance.event_log_storage.postgres_url.replace("+psycopg2", "")  # type: ignore[attr-defined]
+    database = url.rsplit("/", 1)[1]
+
+    def sessions() -> int:
+        time.sleep(1.5)  # a server process reports its session's statistics as it ends
+        with psycopg.connect(url, autocommit=True) as con:
+            row = con.execute(
+                "SELECT sessions FROM pg_stat_database WHERE datname = %s", (database,)
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = sessions()
+    assert main(["run", plan.plan_id]) == 0
+    assert "batch 1 2026-01-05..2026-01-11: passed" in capsys.readouterr().err
+    opened = sessions() - before - 1  # the count's own connection
+    # Holding them, this run opened 17; opening one per read or write, 211 (2026-12-05).
+    assert opened <= 40, f"run opened {opened} connections to the instance's database"

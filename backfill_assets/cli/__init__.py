@@ -90,6 +90,11 @@ def _context(a: argparse.Namespace, *, jobs: bool = False) -> Context:
     from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
 
     instance = _instance()
+    if jobs:
+        from backfill_assets.service.runs import hold_connections
+
+        # It executes runs here, one after another, each storing dozens of events.
+        hold_connections(instance)
     spec = resolve_spec(
         module=a.module_name,
         file=a.python_file,

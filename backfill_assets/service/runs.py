@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -50,6 +51,34 @@ def code_location(context: Any) -> Any:
     """The asset graph of the code location a run belongs to (`code_location_repository`)."""
     repository = code_location_repository(context)
     return repository.asset_graph if repository is not None else None
+
+
+# The instances whose storage connections this process holds (`hold_connections`).
+_HOLDING: weakref.WeakSet[dg.DagsterInstance] = weakref.WeakSet()
+# As dagster-webserver holds its own by default: connections older than this are replaced, and
+# up to this many more than the one held open at once (the progress follower reads beside the
+# run); no statement timeout, as with the storage's own connections.
+POOL_RECYCLE_S = 3600
+POOL_MAX_OVERFLOW = 4
+
+
+def hold_connections(instance: dg.DagsterInstance) -> None:
+    """Let `instance`'s storages keep one connection each open for the rest of this process, as
+    dagster-webserver does (`DagsterInstance.optimize_for_webserver`, the only way Dagster
+    offers). For a process that executes runs and then ends: the CLI's `run`, `swap` and
+    `rollback`.
+
+    Dagster's PostgreSQL storage otherwise opens a new server connection, a new server process,
+    for every read and write: several per event, and a batch run stores about 54 events. Measured
+    on a local server (docs/architecture.md), a batch of 500 orders a day took 0.85 s that way and
+    0.37 s holding them. Dagster's SQLite storage has no such setting, and this changes nothing
+    there. Calling it again for the same instance does nothing."""
+    if instance in _HOLDING:
+        return
+    instance.optimize_for_webserver(
+        statement_timeout=0, pool_recycle=POOL_RECYCLE_S, max_overflow=POOL_MAX_OVERFLOW
+    )
+    _HOLDING.add(instance)
 
 
 def range_tags(start: dt.date, end_inclusive: dt.date) -> dict[str, str]:
