@@ -100,21 +100,39 @@ def backfill_in_weeks(
 
 
 def run_backfill_assets_dagster(path: Path, start: dt.date, end: dt.date) -> dict[str, Any]:
-    """The same backfill through the project's own path: plan -> approve -> one Dagster run per
-    ISO-week batch (shadow write + blocking gates recorded per partition in a real instance) ->
-    the swap job, which builds the impacted dbt models in shadow and publishes them with the
-    target. What `backfill-assets plan/approve/run/swap` does, in-process, up to the swap job
-    (the CLI then refreshes the impacted assets the swap did not publish). The instance stores
-    in SQLite under a fresh DAGSTER_HOME holding the shipped dagster.yaml."""
-    return through_dagster(str(path), start, end, None)
+    """(d') The same backfill through the project's own path: plan -> approve -> one Dagster run
+    per ISO-week batch (shadow write + blocking gates recorded per partition in a real
+    instance) -> the swap job, publishing the target alone, as (a) and (d) do. What
+    `backfill-assets plan/approve/run` and `swap --no-refresh` do, in-process. The instance
+    stores in SQLite under a fresh DAGSTER_HOME holding the shipped dagster.yaml."""
+    return through_dagster(str(path), start, end, None, downstream=False)
+
+
+def run_backfill_assets_dagster_downstream(
+    path: Path, start: dt.date, end: dt.date
+) -> dict[str, Any]:
+    """(d') with the swap job building the impacted dbt models in shadow and publishing them
+    with the target: `backfill-assets swap` without --no-refresh (the CLI then refreshes the
+    impacted assets the swap did not publish). Work the floor does not do."""
+    return through_dagster(str(path), start, end, None, downstream=True)
 
 
 def run_backfill_assets_dagster_pg(url: str, start: dt.date, end: dt.date) -> dict[str, Any]:
-    """The Dagster path on a PostgreSQL warehouse, the instance on Dagster's PostgreSQL storage
-    (dagster-postgres) in the database the measure prepared next to the warehouse's."""
+    """(d'_pg) The Dagster path on a PostgreSQL warehouse, the target published alone, the
+    instance on Dagster's PostgreSQL storage (dagster-postgres) in the database the measure
+    prepared next to the warehouse's."""
     from bench.pg_data import dagster_storage_url
 
-    return through_dagster(url, start, end, dagster_storage_url(url))
+    return through_dagster(url, start, end, dagster_storage_url(url), downstream=False)
+
+
+def run_backfill_assets_dagster_downstream_pg(
+    url: str, start: dt.date, end: dt.date
+) -> dict[str, Any]:
+    """(d'_pg) with the impacted dbt models built in shadow and published by the swap."""
+    from bench.pg_data import dagster_storage_url
+
+    return through_dagster(url, start, end, dagster_storage_url(url), downstream=True)
 
 
 def instance_yaml(storage_url: str | None) -> str:
@@ -129,12 +147,18 @@ def instance_yaml(storage_url: str | None) -> str:
 
 
 def through_dagster(
-    warehouse_url: str, start: dt.date, end: dt.date, storage_url: str | None
+    warehouse_url: str,
+    start: dt.date,
+    end: dt.date,
+    storage_url: str | None,
+    *,
+    downstream: bool,
 ) -> dict[str, Any]:
     """Plan, approve, execute and swap [start, end) with the example's definitions, on the
     warehouse `warehouse_url` names, with the shipped instance config (`instance_yaml`) in a
-    fresh DAGSTER_HOME, removed afterwards. `setup_s` in the split is Dagster's import, the
-    definitions' load and the instance's start."""
+    fresh DAGSTER_HOME, removed afterwards. `downstream`: the swap builds the impacted dbt
+    models in shadow and publishes them with the target. `setup_s` in the split is Dagster's
+    import, the definitions' load and the instance's start."""
     t_entry = time.perf_counter()
     import os
     import shutil
@@ -145,7 +169,7 @@ def through_dagster(
     os.environ["DAGSTER_HOME"] = home
     try:
         Path(home, "dagster.yaml").write_text(instance_yaml(storage_url))
-        out = _plan_execute_swap(warehouse_url, start, end, t_entry)
+        out = _plan_execute_swap(warehouse_url, start, end, t_entry, downstream)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     return {**out, "dagster_home": home}
@@ -183,7 +207,7 @@ def approved_plan(
 
 
 def _plan_execute_swap(
-    warehouse_url: str, start: dt.date, end: dt.date, t_entry: float
+    warehouse_url: str, start: dt.date, end: dt.date, t_entry: float, downstream: bool
 ) -> dict[str, Any]:
     import contextlib
     import io
@@ -195,13 +219,14 @@ def _plan_execute_swap(
     from backfill_assets.example.definitions import example_definitions
     from backfill_assets.lib.warehouse.connect import open_warehouse
     from backfill_assets.service.executor import execute_plan
-    from backfill_assets.service.runs import run_as_writer
+    from backfill_assets.service.runs import hold_connections, run_as_writer
     from backfill_assets.service.tables import backfill_tables
 
     defs = example_definitions()
     tables = backfill_tables(defs)
 
     with dg.DagsterInstance.get() as instance:
+        hold_connections(instance)  # as the CLI's `run`, `swap` and `rollback` do
         wh = open_warehouse(warehouse_url)
         now = dt.datetime.now(dt.UTC)
         t0 = time.perf_counter()
@@ -230,7 +255,7 @@ def _plan_execute_swap(
                 plan_id=plan.plan_id,
                 wait_s=30,
                 log_level="ERROR",
-                run_config=swap_run_config(ORDERS.key, ROLE_SWAP, plan.plan_id),
+                run_config=swap_run_config(ORDERS.key, ROLE_SWAP, plan.plan_id, downstream),
             )
         t3 = time.perf_counter()
     if not swap.success or any(r.status != "passed" for r in reports):

@@ -31,12 +31,20 @@ CONTENDERS: dict[str, tuple[str, str]] = {
     "dbt_microbatch": ("bench.contender_dbt", "run_dbt_microbatch"),
     "backfill_assets": ("bench.contender_backfill_assets", "run_backfill_assets"),
     "backfill_assets_dagster": ("bench.contender_backfill_assets", "run_backfill_assets_dagster"),
+    "backfill_assets_dagster_downstream": (
+        "bench.contender_backfill_assets",
+        "run_backfill_assets_dagster_downstream",
+    ),
     # PostgreSQL (the `postgres` measure): --db is a postgresql:// URL.
     "floor_pg": ("bench.contender_floor_pg", "run_floor_pg"),
     "backfill_assets_pg": ("bench.contender_backfill_assets", "run_backfill_assets_pg"),
     "backfill_assets_dagster_pg": (
         "bench.contender_backfill_assets",
         "run_backfill_assets_dagster_pg",
+    ),
+    "backfill_assets_dagster_downstream_pg": (
+        "bench.contender_backfill_assets",
+        "run_backfill_assets_dagster_downstream_pg",
     ),
 }
 

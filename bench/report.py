@@ -179,7 +179,11 @@ def _run_load(run: dict[str, Any]) -> list[str]:
 
 
 def _safety(r: dict[str, Any]) -> list[str]:
-    return _contenders(r, "floor", ("backfill_assets",))
+    return _contenders(
+        r,
+        "floor",
+        ("backfill_assets", "backfill_assets_dagster", "backfill_assets_dagster_downstream"),
+    )
 
 
 def _contenders(r: dict[str, Any], floor_name: str, phased: tuple[str, ...]) -> list[str]:
@@ -349,7 +353,15 @@ def _postgres(r: dict[str, Any]) -> list[str]:
         f"template database (raw landed in {_f(rng['land_raw_s'], 1)} s, targets built in "
         f"{_f(rng['build_targets_s'], 1)} s). Peak RSS is the client process's.",
         "",
-        *_contenders(b, "floor_pg", ("backfill_assets_pg", "backfill_assets_dagster_pg")),
+        *_contenders(
+            b,
+            "floor_pg",
+            (
+                "backfill_assets_pg",
+                "backfill_assets_dagster_pg",
+                "backfill_assets_dagster_downstream_pg",
+            ),
+        ),
     ]
     sw = r["swap"]
     srng = sw["range"]

@@ -39,22 +39,46 @@ CONTENDERS: list[tuple[str, bool, str]] = [
     ("naive_dagster", False, "Dagster in place, BackfillPolicy.multi_run(7), runs in sequence"),
     ("backfill_assets", True, "shadow per ISO week + gates, one pointer swap (warehouse level)"),
     ("floor", False, "plain SQL, one DELETE+INSERT…SELECT transaction per ISO week"),
-    ("backfill_assets_dagster", True, "backfill_assets through its Dagster executor"),
+    (
+        "backfill_assets_dagster",
+        True,
+        "backfill_assets through its Dagster executor, the target published alone",
+    ),
     ("dbt_microbatch", False, "dbt-duckdb microbatch in place, batch_size=day"),
+    (
+        "backfill_assets_dagster_downstream",
+        True,
+        "the same, the swap building and publishing the impacted dbt models with the target",
+    ),
 ]
 # The report's order.
-SHOWN = ("floor", "naive_dagster", "dbt_microbatch", "backfill_assets", "backfill_assets_dagster")
+SHOWN = (
+    "floor",
+    "naive_dagster",
+    "dbt_microbatch",
+    "backfill_assets",
+    "backfill_assets_dagster",
+    "backfill_assets_dagster_downstream",
+)
 SUBJECT = "backfill_assets"
 # The goals are checked for both: the warehouse-level loop, and the whole path through Dagster
-# (one run per batch with per-partition check records in a real instance, then the swap job).
-SUBJECTS = ("backfill_assets", "backfill_assets_dagster")
+# (one run per batch with per-partition check records in a real instance, then the swap job),
+# each rewriting the target alone, as the others do. The swap that also builds the dbt models
+# downstream does work none of the others does: its ratio to the floor is reported, with no
+# goal (the `dbt_refresh` measure compares that build with a plain `dbt build`).
+SUBJECTS = ("backfill_assets", "backfill_assets_dagster", "backfill_assets_dagster_downstream")
 # subject -> (denominator, comparison, limit) on the wall-time ratio subject/denominator: the
 # performance issue's goals (d/a <= 1.25, d'/a <= 1.5) and the original ones against the others.
-Goals = dict[str, list[tuple[str, str, float]]]
-_PEERS = [("naive_dagster", "<=", 1.2), ("dbt_microbatch", "<", 1.0)]
+# A limit of None: the ratio is reported, no goal judges it.
+Goals = dict[str, list[tuple[str, str, float | None]]]
+_PEERS: list[tuple[str, str, float | None]] = [
+    ("naive_dagster", "<=", 1.2),
+    ("dbt_microbatch", "<", 1.0),
+]
 GOALS: Goals = {
     "backfill_assets": [("floor", "<=", 1.25), *_PEERS],
     "backfill_assets_dagster": [("floor", "<=", 1.5), *_PEERS],
+    "backfill_assets_dagster_downstream": [("floor", "", None)],
 }
 
 
@@ -176,6 +200,8 @@ def summarise(
                 "per_round": [per_round[i] for i in both],
             }
             agreements[key] = agreement(clean_values(per_round, rounds))
+            if limit is None:
+                continue
             goals.append(
                 goal(
                     f"wall {key}",

@@ -34,7 +34,12 @@ MEASURES = (
     "dbt_refresh",
     "postgres",
 )
-PG_CONTENDERS = ("floor_pg", "backfill_assets_pg", "backfill_assets_dagster_pg")
+PG_CONTENDERS = (
+    "floor_pg",
+    "backfill_assets_pg",
+    "backfill_assets_dagster_pg",
+    "backfill_assets_dagster_downstream_pg",
+)
 PG_SHAPES = (
     "revenue_by_day_90d",
     "one_day_count",
@@ -91,8 +96,13 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         "dbt_microbatch",
         "backfill_assets",
         "backfill_assets_dagster",
+        "backfill_assets_dagster_downstream",
     ):
         assert contenders[name]["status"] == "measured"
+    # The path that also builds the dbt models downstream is compared with the floor, no goal.
+    ratios = doc["safety_overhead"]["results"]["ratios"]
+    assert "backfill_assets_dagster_downstream/floor" in ratios
+    assert not [g for g in doc["safety_overhead"]["results"]["goals"] if "downstream" in g["goal"]]
     assert_postgres_entries(doc["postgres"]["results"])
     # The daily write's cost against both histories is reported beside the swap's.
     swaps = doc["swap_scaling"]["results"]
@@ -214,6 +224,7 @@ def assert_postgres_entries(pg: dict) -> None:
     assert set(backfill["ratios"]) == {
         "backfill_assets_pg/floor_pg",
         "backfill_assets_dagster_pg/floor_pg",
+        "backfill_assets_dagster_downstream_pg/floor_pg",
     }
     variants = pg["swap"]["variants"]
     assert set(variants) == {"1x", "10x"}
