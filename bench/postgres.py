@@ -1,6 +1,6 @@
 """Measure: the same questions on PostgreSQL, on one throwaway server started for the measure.
 
-1. backfill: the range of safety_overhead, v1 -> v2, done three ways, each from a copy of one
+1. backfill: the range of safety_overhead, v1 -> v2, done four ways, each from a copy of one
    template database (`CREATE DATABASE x TEMPLATE t`), each in a fresh interpreter, the order
    rotating between rounds:
    - a_pg `floor_pg`: plain SQL, one DELETE+INSERT…SELECT transaction per ISO week, into a plain
@@ -115,7 +115,7 @@ def run(ctx: BenchContext, _templates: Templates | None = None) -> dict[str, Any
     }
 
 
-# -- 1. the backfill, three ways ----------------------------------------------------------------
+# -- 1. the backfill, four ways -----------------------------------------------------------------
 
 
 def build_template(ctx: BenchContext, pg: PgServer) -> tuple[str, dict[str, Any]]:

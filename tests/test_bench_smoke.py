@@ -216,7 +216,7 @@ def assert_load_recorded(doc: dict[str, Any]) -> None:
 
 
 def assert_postgres_entries(pg: dict) -> None:
-    """The postgres measure ran its three contenders on a real server and reported every part:
+    """The postgres measure ran its four contenders on a real server and reported every part:
     backfill ratios, swap/rollback at both history sizes, readers during swaps, query shapes."""
     backfill = pg["backfill"]
     for name in PG_CONTENDERS:
