@@ -61,7 +61,7 @@ SHOWN = (
     "backfill_assets_dagster_downstream",
 )
 SUBJECT = "backfill_assets"
-# The goals are checked for both: the warehouse-level loop, and the whole path through Dagster
+# The goals are checked for two: the warehouse-level loop, and the whole path through Dagster
 # (one run per batch with per-partition check records in a real instance, then the swap job),
 # each rewriting the target alone, as the others do. The swap that also builds the dbt models
 # downstream does work none of the others does: its ratio to the floor is reported, with no

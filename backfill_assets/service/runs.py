@@ -55,9 +55,9 @@ def code_location(context: Any) -> Any:
 
 # The instances whose storage connections this process holds (`hold_connections`).
 _HOLDING: weakref.WeakSet[dg.DagsterInstance] = weakref.WeakSet()
-# As dagster-webserver holds its own by default: connections older than this are replaced, and
-# up to this many more than the one held open at once (the progress follower reads beside the
-# run); no statement timeout, as with the storage's own connections.
+# A held connection older than this is replaced (dagster-webserver's default), and up to this
+# many more than the one held may be open at once (the progress follower reads beside the run);
+# no statement timeout, as with the storage's own connections.
 POOL_RECYCLE_S = 3600
 POOL_MAX_OVERFLOW = 4
 
