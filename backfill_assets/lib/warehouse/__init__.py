@@ -1,6 +1,6 @@
-"""The only code that speaks SQL. DuckDB first; `Warehouse` is the seam for other adapters."""
+"""The only code that speaks SQL. DuckDB first; `base.Warehouse` is the seam for other adapters.
 
-from backfill_assets.lib.warehouse.base import PartitionStats, SwapResult, Warehouse
-from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
-
-__all__ = ["PartitionStats", "SwapResult", "Warehouse", "quote_ident", "validate_ident"]
+Nothing is imported here: `lib/spec.py` imports `identifiers` from this package, and `base`
+imports `lib/spec.py`, so an eager import of `base` here made `from backfill_assets import
+TableSpec`, imported first, a circular ImportError.
+"""
