@@ -291,7 +291,7 @@ def test_metadata_from_an_older_file_or_dropped_by_hand_is_completed_as_a_new_fi
     new = DuckDBWarehouse(tmp_path / "new.duckdb")
     new.ensure_table(SPEC)
     expected = _metadata_columns(new)
-    assert len(expected) > 30  # seven tables and the version sequence
+    assert len(expected) > 30  # eight tables and the version sequence
     old = DuckDBWarehouse(tmp_path / "old.duckdb")
     for statement in _OLD_METADATA:
         old.execute(statement)
@@ -308,7 +308,7 @@ def test_metadata_from_an_older_file_or_dropped_by_hand_is_completed_as_a_new_fi
     # The claims a lease or a plan takes before any table exists: the coordination tables alone.
     lone = DuckDBWarehouse(tmp_path / "lone.duckdb")
     assert lone.claim_plan(SPEC.name, "p1") == "p1"
-    assert {t for t, *_ in _metadata_columns(lone)} == {"plan_claims", "writer_lease"}
+    assert {t for t, *_ in _metadata_columns(lone)} == {"plan_claims", "plans", "writer_lease"}
 
 
 _READ_IN_ANOTHER_PROCESS = """

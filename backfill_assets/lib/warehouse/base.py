@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
@@ -182,9 +183,116 @@ def plan_companions(
     return out
 
 
+# A plan's states in the warehouse's record of it (a subset of lib.states.PlanStatus: a proposed
+# plan is only in the Dagster instance). Each changes in the transaction that does what it names.
+APPROVED, SWAPPED, ROLLED_BACK, RELEASED, ABANDONED = (
+    "approved",
+    "swapped",
+    "rolled_back",
+    "released",
+    "abandoned",
+)
+HOLDING_STATES = (APPROVED, SWAPPED)  # the plan holds its table
+
+
+@dataclass(frozen=True)
+class PlanRecord:
+    """A plan as the warehouse keeps it: the state of record of what happened to its table.
+
+    The status changes in the same transaction as what it names (the claim, the swap, the
+    rollback, the release, the abandon), so it is true whatever happens to the process after
+    the commit. `recorded` is the status the Dagster instance was last told; a command that
+    finds it behind tells the instance (service.reconcile)."""
+
+    plan_id: str
+    table: str
+    status: str
+    plan_json: str
+    approved_by: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)  # what the swap recorded with it
+    changed_at: dt.datetime | None = None
+    recorded: str | None = None
+
+    @property
+    def told(self) -> bool:
+        """Whether the instance was told the current status."""
+        return self.recorded == self.status
+
+
+# The plans table's columns, in the order `plan_record_from_row` reads them.
+PLAN_COLUMNS = "plan_id, table_name, status, plan_json, approved_by, details, changed_at, recorded"
+
+
+def plan_record_from_row(row: Sequence[Any], table: str | None = None) -> PlanRecord:
+    """A PlanRecord from a row of PLAN_COLUMNS (`table`: the table's name, when the row keeps
+    another key for it)."""
+    details = json.loads(row[5]) if row[5] else {}
+    return PlanRecord(
+        plan_id=str(row[0]),
+        table=table if table is not None else str(row[1]),
+        status=str(row[2]),
+        plan_json=str(row[3] or ""),
+        approved_by=str(row[4] or ""),
+        details=details if isinstance(details, dict) else {},
+        changed_at=row[6],
+        recorded=str(row[7]) if row[7] is not None else None,
+    )
+
+
+def refuse_abandon(
+    plan_id: str, table: str, swap_state: str | None, record: PlanRecord | None
+) -> None:
+    """Refuse (SwapRefused) to abandon a plan the warehouse says was swapped (or is over)."""
+    if swap_state == SWAPPED or (record is not None and record.status == SWAPPED):
+        raise SwapRefused(
+            f"plan {plan_id} was swapped into {table}: abandoning it would leave its backup "
+            f"with nothing to restore it. Roll it back (`backfill-assets rollback {plan_id}`) "
+            f"or release its backup (`backfill-assets release {plan_id}`). Nothing was changed"
+        )
+    over = swap_state or (record.status if record is not None else None)
+    if over in (ROLLED_BACK, RELEASED, ABANDONED):
+        raise SwapRefused(
+            f"plan {plan_id} is already {over} in the warehouse: there is nothing left to "
+            "abandon. Nothing was changed"
+        )
+
+
+def swap_move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:
+    """A partition's move from the checksums in and out (`rows:hash`; None: no rows)."""
+    return PartitionMove(
+        rows_of(checksum_in), checksum_in or EMPTY, rows_of(checksum_out), checksum_out or EMPTY
+    )
+
+
+EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
+
+
+def rows_of(checksum: str | None) -> int:
+    """The rows a checksum (`rows:hash`) counts; 0 for None."""
+    return int(checksum.split(":", 1)[0]) if checksum else 0
+
+
+# Lease holders that are not runs: a command (`cmd:<uuid>`, held for the length of one change)
+# and a process (`proc:<uuid>`, held for the life of a process: the runner of a plan).
+COMMAND_HOLDER, PROCESS_HOLDER = "cmd:", "proc:"
+# The lease of a plan's runner is kept beside the tables' writer leases, under this prefix and
+# the plan's id (a name no table can have).
+RUNNER_LEASE = "runner:"
+
+
+def lease_name(name: str) -> str:
+    """A lease's name, validated: a table's name, or `runner:<plan id>`."""
+    if name.startswith(RUNNER_LEASE):
+        return RUNNER_LEASE + validate_ident(name[len(RUNNER_LEASE) :], "plan id")
+    return validate_ident(name, "table name")
+
+
 @dataclass(frozen=True)
 class LeaseHolder:
-    """Who holds a table's writer lease: a run (its id), or a command (`cmd:<uuid>`)."""
+    """Who holds a lease: a run (its id), a command (`cmd:<uuid>`) or a process
+    (`proc:<uuid>`), with the process it runs in: its host, pid and `process`, a token of the
+    process's start (lib-independent: service.lease makes it) that a later process with the
+    same pid does not share."""
 
     holder_id: str
     role: str = ""
@@ -193,18 +301,43 @@ class LeaseHolder:
     host: str = ""
     pid: int = 0
     claimed_at: dt.datetime | None = None
+    process: str = ""
 
     @property
     def run_id(self) -> str | None:
-        return None if self.holder_id.startswith("cmd:") else self.holder_id
+        if self.holder_id.startswith((COMMAND_HOLDER, PROCESS_HOLDER)):
+            return None
+        return self.holder_id
 
     def describe(self) -> str:
-        what = f"run {self.holder_id[:8]}" if self.run_id else "command"
+        what = (
+            f"run {self.holder_id[:8]}"
+            if self.run_id
+            else "process"
+            if self.holder_id.startswith(PROCESS_HOLDER)
+            else "command"
+        )
         plan = f"plan {self.plan_id}" if self.plan_id else ""
         parts = [p for p in (self.role, self.job_name, plan) if p]
         at = f", pid {self.pid} on {self.host}" if self.pid else ""
         since = f", since {self.claimed_at:%Y-%m-%d %H:%M:%S} UTC" if self.claimed_at else ""
         return f"{what} ({', '.join(parts) or 'no role'}{at}{since})"
+
+
+def lease_holder_from(columns: Sequence[str], row: Sequence[Any]) -> LeaseHolder:
+    """A LeaseHolder from a row of the writer lease table read with `SELECT *`: by column name,
+    so that a table from before a column (an older warehouse, read without writing) reads too."""
+    got = dict(zip(columns, row, strict=True))
+    return LeaseHolder(
+        holder_id=str(got["holder_id"]),
+        role=got.get("role") or "",
+        job_name=got.get("job_name") or "",
+        plan_id=got.get("plan_id") or "",
+        host=got.get("host") or "",
+        pid=int(got.get("pid") or 0),
+        claimed_at=got.get("claimed_at"),
+        process=got.get("process") or "",
+    )
 
 
 class GateSource(Protocol):
@@ -279,23 +412,41 @@ class Warehouse(Protocol):
         plan_id: str,
         days: list[dt.date],
         companions: Sequence[Companion] = (),
+        details: Mapping[str, Any] | None = None,
     ) -> SwapResult:
         """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup;
         in the same transaction, publish each companion (its shadow replaces its live, which is
-        kept as the plan's backup). Refuses (SwapRefused), changing nothing, when a companion's
-        shadow does not exist."""
+        kept as the plan's backup) and record the plan swapped, with `details`. Refuses
+        (SwapRefused), changing nothing, when a companion's shadow does not exist."""
         ...
 
     def rollback(self, spec: TableSpec, plan_id: str) -> SwapResult:
         """Put the backed-up weeks back, and each companion the swap published, in one
-        transaction (a companion that did not exist before the swap is dropped)."""
+        transaction (a companion that did not exist before the swap is dropped), which also
+        records the plan rolled back and frees the table."""
         ...
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:
-        """Drop the plan's backup weeks and its companions' backups; the backup weeks dropped."""
+        """Drop the plan's backup weeks and its companions' backups, record the plan released
+        and free the table, in one transaction; the backup weeks dropped."""
         ...
 
     def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int: ...
+
+    def abandon(self, spec: TableSpec, plan_id: str) -> int:
+        """Drop an unswapped plan's shadow, free the table, record the plan abandoned, in one
+        transaction; refuses (SwapRefused) a plan that was swapped. The shadow weeks dropped."""
+        ...
+
+    def swap_moves(self, table: str, plan_id: str) -> dict[dt.date, PartitionMove]: ...
+
+    # -- the state of record of each plan (lib/warehouse/records.py) ------------------------
+
+    def plan_record(self, plan_id: str) -> PlanRecord | None: ...
+
+    def plan_records(self, *, untold: bool = False) -> list[PlanRecord]: ...
+
+    def mark_recorded(self, plan_id: str, status: str) -> None: ...
 
     def swap_state(self, spec: TableSpec, plan_id: str) -> str | None: ...
 
@@ -309,7 +460,9 @@ class Warehouse(Protocol):
 
     def writer(self, table: str) -> LeaseHolder | None: ...
 
-    def claim_plan(self, table: str, plan_id: str) -> str: ...
+    def claim_plan(
+        self, table: str, plan_id: str, *, plan_json: str | None = None, approved_by: str = ""
+    ) -> str: ...
 
     def release_plan(self, table: str, plan_id: str) -> bool: ...
 

@@ -52,6 +52,11 @@ from backfill_assets.errors import SwapRefused, WarehouseError, WarehouseMissing
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import (
+    ABANDONED,
+    EMPTY,
+    RELEASED,
+    ROLLED_BACK,
+    SWAPPED,
     Companion,
     GateInputs,
     LeaseHolder,
@@ -59,7 +64,12 @@ from backfill_assets.lib.warehouse.base import (
     PartitionStats,
     SwapResult,
     check_companions,
+    lease_holder_from,
+    lease_name,
     plan_companions,
+    refuse_abandon,
+    rows_of,
+    swap_move,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, sql_for
 from backfill_assets.lib.warehouse.identifiers import (
@@ -67,6 +77,7 @@ from backfill_assets.lib.warehouse.identifiers import (
     quote_ident,
     validate_ident,
 )
+from backfill_assets.lib.warehouse.records import PlanBook
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -81,8 +92,14 @@ _COORDINATION_TABLES: dict[str, tuple[str, ...]] = {
     "writer_lease": (
         "table_name VARCHAR PRIMARY KEY", "holder_id VARCHAR", "role VARCHAR", "job_name VARCHAR",
         "plan_id VARCHAR", "host VARCHAR", "pid BIGINT", "claimed_at TIMESTAMP",
+        "process VARCHAR",
     ),
     "plan_claims": ("table_name VARCHAR PRIMARY KEY", "plan_id VARCHAR", "claimed_at TIMESTAMP"),
+    # The state of record of each plan (lib/warehouse/records.py).
+    "plans": (
+        "plan_id VARCHAR", "table_name VARCHAR", "status VARCHAR", "plan_json VARCHAR",
+        "approved_by VARCHAR", "details VARCHAR", "changed_at TIMESTAMP", "recorded VARCHAR",
+    ),
 }  # fmt: skip
 _META_TABLES: dict[str, tuple[str, ...]] = {
     "partition_versions": (
@@ -123,7 +140,7 @@ def _monday_of(week: str) -> dt.date:
 _SESSIONS: dict[str, duckdb.DuckDBPyConnection] = {}
 
 
-class DuckDBWarehouse:
+class DuckDBWarehouse(PlanBook):
     """Short-lived connections to one DuckDB file (DuckDB allows one writing process per file)."""
 
     dialect = "duckdb"
@@ -211,6 +228,15 @@ class DuckDBWarehouse:
                 if not read_only and _unwritable_reason(msg):
                     raise self._unwritable(e) from e
                 raise WarehouseError(f"cannot open warehouse {self.path}: {msg}") from e
+            except duckdb.ConnectionException as e:
+                if read_only and "different configuration" in str(e):
+                    # This process holds the file open for writing already (DuckDB refuses a
+                    # read-only opening beside it): read through a connection like it.
+                    read_only = False
+                    continue
+                raise WarehouseError(
+                    f"cannot open warehouse {self.path}: {e} (is it a DuckDB file?)"
+                ) from e
             except duckdb.Error as e:
                 raise WarehouseError(
                     f"cannot open warehouse {self.path}: {e} (is it a DuckDB file?)"
@@ -271,6 +297,25 @@ class DuckDBWarehouse:
         """Read-only query in a read-only connection."""
         with self.connect(read_only=True) as con:
             return con.execute(sql, params).fetchall()
+
+    # -- the hooks of the plans table (records.PlanBook) ----------------------------------------
+
+    def _sql(self, con: Any, sql: str, params: Mapping[str, Any]) -> list[tuple]:
+        return con.execute(sql, dict(params)).fetchall()
+
+    @contextmanager
+    def _meta_reader(self) -> Iterator[duckdb.DuckDBPyConnection | None]:
+        if self._held() is None and not Path(self.path).exists():
+            yield None  # no file, no plans (and a read-only opening would not create it)
+            return
+        with self.connect(read_only=True) as con:
+            yield con if self._has_table(con, M, "plans") else None
+
+    @contextmanager
+    def _meta_transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            yield con
 
     # -- names -------------------------------------------------------------------------------
 
@@ -543,13 +588,13 @@ class DuckDBWarehouse:
                     f"(SELECT partition_date, max(version) AS version FROM {M}.partition_versions "
                     "WHERE table_name = $t GROUP BY ALL) v ON v.partition_date = u.d",
                     {"t": spec.name, "plan": plan_id or "", "now": now, "d": days,
-                     "n": [_rows_of(sums[d]) for d in days],
+                     "n": [rows_of(sums[d]) for d in days],
                      "c": [sums[d] or EMPTY for d in days]},
                 )  # fmt: skip
             else:
                 fps = Fingerprints(fingerprint_of(fingerprint), {d: v[1] for d, v in stats.items()})
                 self._bump_versions(con, spec, sums, now, fps)
-        return {d: _rows_of(sums[d]) for d in days}
+        return {d: rows_of(sums[d]) for d in days}
 
     def _bump_versions(
         self,
@@ -579,7 +624,7 @@ class DuckDBWarehouse:
             "unnest($d::DATE[]) AS d, unnest($c::VARCHAR[]) AS c, unnest($n::BIGINT[]) AS n, "
             "unnest($f::VARCHAR[]) AS f)",
             {"t": spec.name, "now": now, "d": days, "c": [sums[d] or EMPTY for d in days],
-             "n": [_rows_of(sums[d]) for d in days], **fps.params(days)},
+             "n": [rows_of(sums[d]) for d in days], **fps.params(days)},
         )  # fmt: skip
 
     def _counts(
@@ -711,10 +756,12 @@ class DuckDBWarehouse:
         plan_id: str,
         days: list[dt.date],
         companions: Sequence[Companion] = (),
+        details: Mapping[str, Any] | None = None,
     ) -> SwapResult:
         """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup,
         and publish each companion (its shadow renamed to its live, the old live kept as the
-        plan's backup) in the same transaction."""
+        plan's backup) in the same transaction, which also records the plan swapped (with
+        `details`, what the caller keeps with the swap)."""
         validate_ident(plan_id, "plan id")
         companions = check_companions(spec, companions)
         t0 = time.perf_counter()
@@ -723,10 +770,7 @@ class DuckDBWarehouse:
         days = sorted({parse_day(d, "partition") for d in days})
         with self.transaction(checkpoint=False) as con:
             rows_table = self._ensure(con, spec)
-            state = con.execute(
-                f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
-                {"t": spec.name, "p": plan_id},
-            ).fetchone()[0]  # type: ignore[index]
+            state = self._swap_log_state(con, spec.name, plan_id)
             if state == "swapped":
                 return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
             if state is not None:
@@ -790,7 +834,7 @@ class DuckDBWarehouse:
                 )
                 logged.append((week, r0, r1, week in live))
                 for d in wdays:
-                    result[d] = _move(ins.get(d), outs.get(d))
+                    result[d] = swap_move(ins.get(d), outs.get(d))
             # One statement each (executemany runs one per row, ~1.5 ms each).
             weeks, starts, ends, had = (list(c) for c in zip(*logged, strict=True))
             con.execute(
@@ -816,6 +860,7 @@ class DuckDBWarehouse:
             left = {w: name for w, name in shadow.items() if w not in by_week}
             self._recreate_view(con, spec, spec.shadow_name, left)
             published = self._publish_companions(con, spec, plan_id, companions)
+            self._set_status(con, spec.name, plan_id, SWAPPED, details)
         return SwapResult(
             plan_id, "swapped", result, len(by_week), time.perf_counter() - t0, published
         )
@@ -1044,7 +1089,7 @@ class DuckDBWarehouse:
                     con.execute(f"DROP TABLE {quote_ident(cur)}")
                     dropped = True
                 for d in wdays:
-                    result[d] = _move(restored.get(d), current.get(d))
+                    result[d] = swap_move(restored.get(d), current.get(d))
             self._bump_versions(con, spec, {d: m.checksum_in for d, m in result.items()}, now)
             con.execute(
                 f"UPDATE {M}.swap_log SET state='rolled_back', changed_at=$now "
@@ -1052,6 +1097,7 @@ class DuckDBWarehouse:
                 {"t": spec.name, "p": plan_id, "now": now},
             )
             self._free_plan(con, spec.name, plan_id)
+            self._set_status(con, spec.name, plan_id, ROLLED_BACK)
             # A backup takes its week's name, so the view changes only when a week table went.
             if dropped:
                 self._settle(con, spec, self._week_tables(con, spec.name))
@@ -1063,22 +1109,22 @@ class DuckDBWarehouse:
     # -- coordination: the writer lease and the plan that holds each table ---------------------
 
     def _lease_row(self, con: duckdb.DuckDBPyConnection, table: str) -> LeaseHolder | None:
-        row = con.execute(
-            f"SELECT holder_id, role, job_name, plan_id, host, pid, claimed_at "
-            f"FROM {M}.writer_lease WHERE table_name = $t AND holder_id IS NOT NULL",
+        cur = con.execute(
+            f"SELECT * FROM {M}.writer_lease WHERE table_name = $t AND holder_id IS NOT NULL",
             {"t": table},
-        ).fetchone()
+        )
+        row = cur.fetchone()
         if row is None:
             return None
-        return LeaseHolder(row[0], row[1] or "", row[2] or "", row[3] or "", row[4] or "",
-                           int(row[5] or 0), row[6])  # fmt: skip
+        return lease_holder_from([d[0] for d in cur.description or ()], row)
 
     def claim_writer(
         self, table: str, holder: LeaseHolder, *, takeover: str | None = None
     ) -> LeaseHolder:
-        """Take `table`'s writer lease if it is free, already ours, or held by `takeover` (a
-        holder the caller found dead); return whoever holds it afterwards."""
-        validate_ident(table, "table name")
+        """Take `table`'s writer lease (or another lease: base.lease_name) if it is free,
+        already ours, or held by `takeover` (a holder the caller found dead); return whoever
+        holds it afterwards."""
+        lease_name(table)
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         with self.transaction() as con:
             self._ensure_meta(con)
@@ -1087,8 +1133,9 @@ class DuckDBWarehouse:
                 return current
             con.execute(
                 f"INSERT OR REPLACE INTO {M}.writer_lease VALUES ($t, $h, $r, $j, $p, $host, "
-                "$pid, $at)",
+                "$pid, $at, $process)",
                 {
+                    "process": holder.process,
                     "t": table,
                     "h": holder.holder_id,
                     "r": holder.role,
@@ -1133,21 +1180,39 @@ class DuckDBWarehouse:
         ).fetchone()
         return row[0] if row else None
 
-    def claim_plan(self, table: str, plan_id: str) -> str:
+    def claim_plan(
+        self, table: str, plan_id: str, *, plan_json: str | None = None, approved_by: str = ""
+    ) -> str:
         """Make `plan_id` the plan that holds `table`, if none does (compare-and-set); return
-        the plan that holds it afterwards. Approvals racing for one table: exactly one wins."""
+        the plan that holds it afterwards. Approvals racing for one table: exactly one wins.
+        With `plan_json`, the plan is kept as approved in the same transaction (the state of
+        record, records.PlanBook); a plan the warehouse saw through is refused."""
         validate_ident(plan_id, "plan id")
         validate_ident(table, "table name")
         with self.transaction() as con:
-            self._ensure_meta(con)
+            if plan_json is None:
+                self._ensure_meta(con)
+            else:  # the swap log too: a plan claimed before it was kept may have been swapped
+                self._ensure_meta(con, _META_TABLES, ("version_seq",))
+                self._refuse_closed(con, plan_id)
             holder = self._active_plan(con, table)
             if holder is None:
                 con.execute(
                     f"INSERT OR REPLACE INTO {M}.plan_claims VALUES ($t, $p, $at)",
                     {"t": table, "p": plan_id, "at": dt.datetime.now(dt.UTC).replace(tzinfo=None)},
                 )
-                return plan_id
+                holder = plan_id
+            if holder == plan_id and plan_json is not None:
+                swapped = self._swap_log_state(con, table, plan_id) == SWAPPED
+                self._record_plan(con, table, plan_id, plan_json, approved_by, swapped)
             return holder
+
+    def _swap_log_state(self, con: duckdb.DuckDBPyConnection, table: str, plan_id: str) -> Any:
+        """The plan's state in the swap log (None: never swapped)."""
+        return con.execute(
+            f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
+            {"t": table, "p": plan_id},
+        ).fetchone()[0]  # type: ignore[index]
 
     def release_plan(self, table: str, plan_id: str) -> bool:
         """Free `table` if `plan_id` holds it (rolled back, released or abandoned)."""
@@ -1241,10 +1306,7 @@ class DuckDBWarehouse:
         validate_ident(plan_id, "plan id")
         with self.transaction() as con:
             self._ensure(con, spec)
-            state = con.execute(
-                f"SELECT min(state) FROM {M}.swap_log WHERE table_name=$t AND plan_id=$p",
-                {"t": spec.name, "p": plan_id},
-            ).fetchone()[0]  # type: ignore[index]
+            state = self._swap_log_state(con, spec.name, plan_id)
             if state is None:
                 raise SwapRefused(
                     f"plan {plan_id} has no backup in {spec.name}: it was never swapped"
@@ -1272,6 +1334,7 @@ class DuckDBWarehouse:
                     },
                 )
                 released += self._fold(con, spec, plan_id)
+                self._set_status(con, spec.name, plan_id, RELEASED)
         with self.connect() as con:
             con.execute("CHECKPOINT")
         return released
@@ -1316,12 +1379,46 @@ class DuckDBWarehouse:
             self._ensure(con, spec)
             if plan_id is not None:
                 self._free_plan(con, spec.name, plan_id)
-            tables = self._week_tables(con, spec.shadow_name)
-            for name in tables.values():
-                con.execute(f"DROP TABLE {quote_ident(name)}")
-            con.execute(f"DELETE FROM {M}.shadow_log WHERE table_name=$t", {"t": spec.name})
-            self._recreate_view(con, spec, spec.shadow_name)
+            return self._drop_shadow(con, spec)
+
+    def _drop_shadow(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> int:
+        tables = self._week_tables(con, spec.shadow_name)
+        for name in tables.values():
+            con.execute(f"DROP TABLE {quote_ident(name)}")
+        con.execute(f"DELETE FROM {M}.shadow_log WHERE table_name=$t", {"t": spec.name})
+        self._recreate_view(con, spec, spec.shadow_name)
         return len(tables)
+
+    def abandon(self, spec: TableSpec, plan_id: str) -> int:
+        """Give up a plan that was not swapped, in one transaction: its shadow weeks dropped
+        (if it holds the table), the table freed, the plan recorded abandoned. Refuses
+        (SwapRefused, nothing changed) a plan that was swapped or is over. The shadow weeks
+        dropped."""
+        validate_ident(plan_id, "plan id")
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            refuse_abandon(plan_id, spec.name, self._swap_log_state(con, spec.name, plan_id),
+                           self._plan_row(con, plan_id))  # fmt: skip
+            dropped = 0
+            if self._active_plan(con, spec.name) == plan_id:
+                self._free_plan(con, spec.name, plan_id)
+                dropped = self._drop_shadow(con, spec)
+            self._set_status(con, spec.name, plan_id, ABANDONED)
+        return dropped
+
+    def swap_moves(self, table: str, plan_id: str) -> dict[dt.date, PartitionMove]:
+        """What the plan's swap put into each partition and took out (rows and checksums), as
+        it recorded them; empty if it was never swapped."""
+        validate_ident(plan_id, "plan id")
+        with self._meta_reader() as con:
+            if con is None:
+                return {}
+            rows = con.execute(
+                f"SELECT partition_date, checksum_in, checksum_out FROM {M}.swap_days "
+                "WHERE table_name = $t AND plan_id = $p ORDER BY 1",
+                {"t": table, "p": plan_id},
+            ).fetchall()
+        return {d: swap_move(ci, co) for d, ci, co in rows}
 
     def build_problem(self, spec: TableSpec, build: SQL) -> str | None:
         """Builds are written in DuckDB's dialect: only SQL given for another dialect alone can
@@ -1343,7 +1440,6 @@ def _unwritable_reason(msg: str) -> str | None:
     return None
 
 
-EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 _DAY = dt.timedelta(days=1)
 _WEEK = dt.timedelta(weeks=1)
 
@@ -1396,16 +1492,6 @@ def fingerprint_sql(spec: TableSpec, unchanged: Sequence[str]) -> str:
 def fingerprint_of(unchanged: Sequence[str]) -> str:
     """What a recorded fingerprint covers (beside the key): its unchanged columns, in order."""
     return ",".join(unchanged)
-
-
-def _move(checksum_in: str | None, checksum_out: str | None) -> PartitionMove:
-    return PartitionMove(
-        _rows_of(checksum_in), checksum_in or EMPTY, _rows_of(checksum_out), checksum_out or EMPTY
-    )
-
-
-def _rows_of(checksum: str | None) -> int:
-    return int(checksum.split(":")[0]) if checksum else 0
 
 
 def _fmt_days(days: list[str]) -> str:

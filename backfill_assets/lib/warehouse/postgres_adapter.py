@@ -32,6 +32,7 @@ build log, the swap log, the writer lease and the plan claim of each table, keye
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 import urllib.parse
 from collections import defaultdict
@@ -48,6 +49,11 @@ from backfill_assets.errors import InvalidInput, SwapRefused, WarehouseError
 from backfill_assets.lib.dates import iso_weeks, parse_day, week_id, week_monday
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import (
+    ABANDONED,
+    EMPTY,
+    RELEASED,
+    ROLLED_BACK,
+    SWAPPED,
     Companion,
     GateInputs,
     LeaseHolder,
@@ -55,10 +61,16 @@ from backfill_assets.lib.warehouse.base import (
     PartitionStats,
     SwapResult,
     check_companions,
+    lease_holder_from,
+    lease_name,
     plan_companions,
+    refuse_abandon,
+    rows_of,
+    swap_move,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
+from backfill_assets.lib.warehouse.records import PlanBook
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,7 +83,6 @@ PLAN_ID_LEN = 12
 # The row hash of checksums and fingerprints, XORed over a partition (order-independent): each
 # column's own hash function, about twice as fast as hashing the row's text.
 ROW_HASH = "hash_record_extended({cols}, 0)"
-EMPTY = "0:0000000000000000"  # the checksum of a partition without rows
 
 
 # Types whose values hash_record_extended can hash (they have a hash operator class); any other
@@ -105,7 +116,7 @@ def _checksum_text(rows: int, xor: int | None) -> str:
     return f"{rows}:{(xor or 0) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
-class PostgresWarehouse:
+class PostgresWarehouse(PlanBook):
     """Short-lived psycopg connections to one PostgreSQL database (one schema of it)."""
 
     dialect = "postgres"
@@ -117,6 +128,7 @@ class PostgresWarehouse:
         query = urllib.parse.parse_qs(parts.query)
         schema = query.pop("schema", ["public"])[0]
         self.schema = validate_ident(schema, "warehouse schema")
+        self._key_prefix = f"{self.schema}."  # the plans of this schema (records.PlanBook)
         self._conninfo = urllib.parse.urlunsplit(
             parts._replace(query=urllib.parse.urlencode(query, doseq=True))
         )
@@ -205,6 +217,24 @@ class PostgresWarehouse:
         with self.connect(read_only=True) as con:
             return list(_x(con, transpile(sql, "postgres"), dict(params or {})).fetchall())  # type: ignore[arg-type]
 
+    # -- the hooks of the plans table (records.PlanBook) ----------------------------------------
+
+    def _sql(self, con: Any, sql: str, params: Mapping[str, Any]) -> list[tuple]:
+        cur = _x(con, _PARAM.sub(r"%(\1)s", sql), dict(params))
+        return list(cur.fetchall()) if cur.description else []
+
+    @contextmanager
+    def _meta_reader(self) -> Iterator[Connection | None]:
+        with self.connect(read_only=True) as con:
+            row = _x(con, f"SELECT to_regclass('{M}.plans') IS NOT NULL").fetchone()
+            yield con if row and row[0] else None
+
+    @contextmanager
+    def _meta_transaction(self) -> Iterator[Connection]:
+        with self.transaction() as con:
+            self._ensure_meta(con)
+            yield con
+
     # -- names -------------------------------------------------------------------------------
 
     def _q(self, name: str) -> str:
@@ -213,6 +243,10 @@ class PostgresWarehouse:
     def _key(self, table: str) -> str:
         """The metadata key of a table: schema-qualified, so schemas never share state."""
         return f"{self.schema}.{validate_ident(table, 'table name')}"
+
+    def _lease_key(self, name: str) -> str:
+        """The metadata key of a lease (a table's writer, a plan's runner: base.lease_name)."""
+        return f"{self.schema}.{lease_name(name)}"
 
     @staticmethod
     def _week_table(base: str, day: dt.date) -> str:
@@ -396,6 +430,15 @@ class PostgresWarehouse:
             f"CREATE TABLE IF NOT EXISTS {M}.plan_claims (table_name text PRIMARY KEY, "
             "plan_id text, claimed_at timestamp)",
         )
+        # Added after the others (checked apart in _meta_complete): the holder's process start,
+        # and the state of record of each plan (lib/warehouse/records.py).
+        _x(con, f"ALTER TABLE {M}.writer_lease ADD COLUMN IF NOT EXISTS process text")
+        _x(
+            con,
+            f"CREATE TABLE IF NOT EXISTS {M}.plans (plan_id text, table_name text, status text, "
+            "plan_json text, approved_by text, details text, changed_at timestamp, "
+            "recorded text, PRIMARY KEY (table_name, plan_id))",
+        )
         # The downstream tables a swap published with the target, and their backups (added
         # after the others: checked apart in the early return above).
         _x(
@@ -417,14 +460,17 @@ class PostgresWarehouse:
         return bool(row and row[0])
 
     def _meta_complete(self, con: Connection) -> bool:
-        """Whether the warehouse schema and every coordination table exist (swap_companions,
-        added after the others, is checked apart from plan_claims)."""
+        """Whether the warehouse schema and every coordination table and column exist (those
+        added after the first version are checked apart from plan_claims)."""
         row = _x(
             con,
             "SELECT to_regnamespace(%(s)s) IS NOT NULL AND to_regclass(%(p)s) IS NOT NULL "
-            "AND to_regclass(%(c)s) IS NOT NULL",
-            {"s": self.schema, "p": f"{M}.plan_claims", "c": f"{M}.swap_companions"},
-        ).fetchone()
+            "AND to_regclass(%(c)s) IS NOT NULL AND to_regclass(%(r)s) IS NOT NULL "
+            "AND EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%(l)s) "
+            "AND attname = 'process' AND NOT attisdropped)",
+            {"s": self.schema, "p": f"{M}.plan_claims", "c": f"{M}.swap_companions",
+             "r": f"{M}.plans", "l": f"{M}.writer_lease"},
+        ).fetchone()  # fmt: skip
         return bool(row and row[0])
 
     def _write_lock(self, spec: TableSpec) -> str:
@@ -622,7 +668,7 @@ class PostgresWarehouse:
                 self._log_shadow(con, spec, start, end, plan_id or "", sums, now)
             else:
                 self._bump_versions(con, spec, {d: sums.get(d) for d in _days(start, end)}, now)
-        return {d: _rows_of(sums.get(d)) for d in _days(start, end)}
+        return {d: rows_of(sums.get(d)) for d in _days(start, end)}
 
     def _copy_frame(
         self, con: Connection, table: str, columns: Sequence[str], frame: pd.DataFrame
@@ -657,7 +703,7 @@ class PostgresWarehouse:
                 f"coalesce((SELECT version FROM {M}.partition_versions v WHERE "
                 "v.table_name = %(t)s AND v.partition_date = %(d)s), 0), %(n)s, %(c)s, %(now)s",
                 [
-                    {"t": key, "d": d, "p": plan_id, "n": _rows_of(sums.get(d)),
+                    {"t": key, "d": d, "p": plan_id, "n": rows_of(sums.get(d)),
                      "c": sums.get(d, EMPTY), "now": now}
                     for d in _days(start, end)
                 ],
@@ -681,7 +727,7 @@ class PostgresWarehouse:
                 "version = excluded.version, row_count = excluded.row_count, "
                 "checksum = excluded.checksum, written_at = excluded.written_at",
                 [
-                    {"t": self._key(spec.name), "d": d, "n": _rows_of(c),
+                    {"t": self._key(spec.name), "d": d, "n": rows_of(c),
                      "c": c or EMPTY, "now": now}
                     for d, c in sorted(sums.items())
                 ],
@@ -697,7 +743,7 @@ class PostgresWarehouse:
             if not self._exists(con, base):
                 return PartitionStats(rows={}, bytes_per_row=spec.bytes_per_row)
             sums = self._checksums(con, base, spec, start, end)
-        rows = {d: _rows_of(sums.get(d)) for d in _days(start, end)}
+        rows = {d: rows_of(sums.get(d)) for d in _days(start, end)}
         return PartitionStats(rows=rows, bytes_per_row=spec.bytes_per_row)
 
     def gate_inputs(self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any) -> GateInputs:
@@ -843,10 +889,12 @@ class PostgresWarehouse:
         plan_id: str,
         days: list[dt.date],
         companions: Sequence[Companion] = (),
+        details: Mapping[str, Any] | None = None,
     ) -> SwapResult:
         """Move the plan's shadow weeks into the target, keeping the replaced weeks as backup,
         and publish each companion (its shadow renamed to its live, the old live kept as the
-        plan's backup) in the same transaction."""
+        plan's backup) in the same transaction, which also records the plan swapped (with
+        `details`, what the caller keeps with the swap)."""
         validate_ident(plan_id, "plan id")
         companions = check_companions(spec, companions)
         t0 = time.perf_counter()
@@ -854,7 +902,7 @@ class PostgresWarehouse:
             raise SwapRefused("the plan has no partitions to swap")
         days = sorted({parse_day(d, "partition") for d in days})
         result = self._locking(
-            "swap", spec, lambda: self._swap_once(spec, plan_id, days, companions)
+            "swap", spec, lambda: self._swap_once(spec, plan_id, days, companions, details)
         )
         if result is None:
             return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
@@ -869,6 +917,7 @@ class PostgresWarehouse:
         plan_id: str,
         days: list[dt.date],
         companions: Sequence[Companion] = (),
+        details: Mapping[str, Any] | None = None,
     ) -> tuple[dict[dt.date, PartitionMove], int, tuple[str, ...]] | None:
         key = self._key(spec.name)
         with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
@@ -935,11 +984,12 @@ class PostgresWarehouse:
                 )  # fmt: skip
                 for d in wdays:
                     ins, out = logged[d], outs.get(d) or EMPTY
-                    partitions[d] = PartitionMove(_rows_of(ins), ins, _rows_of(out), out)
+                    partitions[d] = PartitionMove(rows_of(ins), ins, rows_of(out), out)
             self._record_swap_days(con, key, plan_id, partitions)
             self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
             # The companions: checked and recorded before any lock that blocks their readers.
             published = self._plan_companions(con, key, plan_id, companions)
+            self._set_status(con, spec.name, plan_id, SWAPPED, details)
             # 2. The catalog moves. The companions are locked first: a reader of a mart and the
             # target in one statement takes the mart's lock first (its FROM order), so it waits
             # for the swap holding nothing the swap needs; locked last, the reader would hold
@@ -1168,7 +1218,7 @@ class PostgresWarehouse:
                 for d in _days(r0, r1):
                     back = restored.get(d, EMPTY) if had_live else EMPTY
                     out = current.get(d, EMPTY)
-                    partitions[d] = PartitionMove(_rows_of(back), back, _rows_of(out), out)
+                    partitions[d] = PartitionMove(rows_of(back), back, rows_of(out), out)
             self._bump_versions(con, spec, {d: p.checksum_in for d, p in partitions.items()}, now)
             _x(
                 con,
@@ -1177,6 +1227,7 @@ class PostgresWarehouse:
                 {"t": key, "p": plan_id, "now": now},
             )
             self._free_plan(con, spec.name, plan_id)
+            self._set_status(con, spec.name, plan_id, ROLLED_BACK)
             # 2. The catalog moves.
             for _, cur, bk, r0 in moves:
                 monday = week_monday(r0)
@@ -1232,17 +1283,16 @@ class PostgresWarehouse:
     # -- coordination: the writer lease and the plan that holds each table ---------------------
 
     def _lease_row(self, con: Connection, key: str, lock: bool = False) -> LeaseHolder | None:
-        row = _x(
+        cur = _x(
             con,
-            f"SELECT holder_id, role, job_name, plan_id, host, pid, claimed_at FROM "
-            f"{M}.writer_lease WHERE table_name = %(t)s AND holder_id IS NOT NULL"
+            f"SELECT * FROM {M}.writer_lease WHERE table_name = %(t)s AND holder_id IS NOT NULL"
             + (" FOR UPDATE" if lock else ""),
             {"t": key},
-        ).fetchone()
+        )
+        row = cur.fetchone()
         if row is None:
             return None
-        return LeaseHolder(row[0], row[1] or "", row[2] or "", row[3] or "", row[4] or "",
-                           int(row[5] or 0), row[6])  # fmt: skip
+        return lease_holder_from([d.name for d in cur.description or ()], row)
 
     def claim_writer(
         self, table: str, holder: LeaseHolder, *, takeover: str | None = None
@@ -1250,7 +1300,7 @@ class PostgresWarehouse:
         """Take `table`'s writer lease if it is free, already ours, or held by `takeover` (a
         holder the caller found dead); return whoever holds it afterwards. The lease row is
         locked for the decision: two claimants never both win."""
-        key = self._key(table)
+        key = self._lease_key(table)
         with self.transaction() as con:
             self._ensure_meta(con)
             _x(
@@ -1270,10 +1320,12 @@ class PostgresWarehouse:
             same = current is not None and current.holder_id == holder.holder_id
             _x(con, 
                 f"UPDATE {M}.writer_lease SET holder_id = %(h)s, role = %(r)s, job_name = %(j)s, "
-                "plan_id = %(p)s, host = %(host)s, pid = %(pid)s, claimed_at = %(at)s "
+                "plan_id = %(p)s, host = %(host)s, pid = %(pid)s, claimed_at = %(at)s, "
+                "process = %(process)s "
                 "WHERE table_name = %(t)s",
                 {"t": key, "h": holder.holder_id, "r": holder.role, "j": holder.job_name,
                  "p": holder.plan_id, "host": holder.host, "pid": holder.pid,
+                 "process": holder.process,
                  "at": current.claimed_at if same and current else _utcnow()},
             )  # fmt: skip
             return self._lease_row(con, key) or holder
@@ -1285,7 +1337,7 @@ class PostgresWarehouse:
                 con,
                 f"UPDATE {M}.writer_lease SET holder_id = NULL WHERE table_name = %(t)s AND "
                 "holder_id = %(h)s RETURNING 1",
-                {"t": self._key(table), "h": holder_id},
+                {"t": self._lease_key(table), "h": holder_id},
             ).fetchall()
         return bool(done)
 
@@ -1293,11 +1345,15 @@ class PostgresWarehouse:
         with self.connect(read_only=True) as con:
             if not self._meta_ready(con):
                 return None
-            return self._lease_row(con, self._key(table))
+            return self._lease_row(con, self._lease_key(table))
 
-    def claim_plan(self, table: str, plan_id: str) -> str:
+    def claim_plan(
+        self, table: str, plan_id: str, *, plan_json: str | None = None, approved_by: str = ""
+    ) -> str:
         """Make `plan_id` the plan that holds `table`, if none does; return the plan that holds
-        it afterwards. Approvals racing for one table: exactly one wins (the row is locked)."""
+        it afterwards. Approvals racing for one table: exactly one wins (the row is locked).
+        With `plan_json`, the plan is kept as approved in the same transaction (the state of
+        record, records.PlanBook); a plan the warehouse saw through is refused."""
         validate_ident(plan_id, "plan id")
         key = self._key(table)
         with self.transaction() as con:
@@ -1313,15 +1369,21 @@ class PostgresWarehouse:
                 f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = %(t)s FOR UPDATE",
                 {"t": key},
             ).fetchone()
-            if row and row[0]:
-                return str(row[0])
-            _x(
-                con,
-                f"UPDATE {M}.plan_claims SET plan_id = %(p)s, claimed_at = %(at)s "
-                "WHERE table_name = %(t)s",
-                {"t": key, "p": plan_id, "at": _utcnow()},
-            )
-            return plan_id
+            if plan_json is not None:
+                self._refuse_closed(con, plan_id)
+            holder = str(row[0]) if row and row[0] else None
+            if holder is None:
+                _x(
+                    con,
+                    f"UPDATE {M}.plan_claims SET plan_id = %(p)s, claimed_at = %(at)s "
+                    "WHERE table_name = %(t)s",
+                    {"t": key, "p": plan_id, "at": _utcnow()},
+                )
+                holder = plan_id
+            if holder == plan_id and plan_json is not None:
+                swapped = self._state(con, key, plan_id) == SWAPPED
+                self._record_plan(con, table, plan_id, plan_json, approved_by, swapped)
+            return holder
 
     def release_plan(self, table: str, plan_id: str) -> bool:
         with self.transaction() as con:
@@ -1435,6 +1497,7 @@ class PostgresWarehouse:
                     "WHERE table_name = %(t)s AND plan_id = %(p)s",
                     {"t": key, "p": plan_id, "now": _utcnow()},
                 )
+                self._set_status(con, spec.name, plan_id, RELEASED)
         return len(backup)
 
     def drop_shadow(self, spec: TableSpec, plan_id: str | None = None) -> int:
@@ -1444,15 +1507,56 @@ class PostgresWarehouse:
             self._ensure(con, spec)
             if plan_id is not None:
                 self._free_plan(con, spec.name, plan_id)
-            tables = self._week_tables(con, spec.shadow_name)
-            for name in tables.values():
-                _x(con, f"DROP TABLE {self._q(name)}")
-            _x(
-                con,
-                f"DELETE FROM {M}.shadow_log WHERE table_name = %(t)s",
-                {"t": self._key(spec.name)},
-            )
+            return self._drop_shadow(con, spec)
+
+    def _drop_shadow(self, con: Connection, spec: TableSpec) -> int:
+        tables = self._week_tables(con, spec.shadow_name)
+        for name in tables.values():
+            _x(con, f"DROP TABLE {self._q(name)}")
+        _x(
+            con,
+            f"DELETE FROM {M}.shadow_log WHERE table_name = %(t)s",
+            {"t": self._key(spec.name)},
+        )
         return len(tables)
+
+    def abandon(self, spec: TableSpec, plan_id: str) -> int:
+        """Give up a plan that was not swapped, in one transaction: its shadow weeks dropped
+        (if it holds the table), the table freed, the plan recorded abandoned. Refuses
+        (SwapRefused, nothing changed) a plan that was swapped or is over. The shadow weeks
+        dropped."""
+        validate_ident(plan_id, "plan id")
+        key = self._key(spec.name)
+        with self.transaction() as con:
+            self._ensure(con, spec)
+            holder = _x(
+                con,
+                f"SELECT plan_id FROM {M}.plan_claims WHERE table_name = %(t)s FOR UPDATE",
+                {"t": key},
+            ).fetchone()
+            refuse_abandon(plan_id, spec.name, self._state(con, key, plan_id),
+                           self._plan_row(con, plan_id))  # fmt: skip
+            dropped = 0
+            if holder is not None and holder[0] == plan_id:
+                self._free_plan(con, spec.name, plan_id)
+                dropped = self._drop_shadow(con, spec)
+            self._set_status(con, spec.name, plan_id, ABANDONED)
+        return dropped
+
+    def swap_moves(self, table: str, plan_id: str) -> dict[dt.date, PartitionMove]:
+        """What the plan's swap put into each partition and took out (rows and checksums), as
+        it recorded them; empty if it was never swapped."""
+        validate_ident(plan_id, "plan id")
+        with self._meta_reader() as con:
+            if con is None:
+                return {}
+            rows = _x(
+                con,
+                f"SELECT partition_date, checksum_in, checksum_out FROM {M}.swap_days "
+                "WHERE table_name = %(t)s AND plan_id = %(p)s ORDER BY 1",
+                {"t": self._key(table), "p": plan_id},
+            ).fetchall()
+        return {d: swap_move(ci, co) for d, ci, co in rows}
 
     def build_problem(self, spec: TableSpec, build: SQL) -> str | None:
         """Why `build` cannot run here (PostgreSQL's own error for its transpiled SELECT), or
@@ -1500,6 +1604,10 @@ class _LockWait(WarehouseError):
     """One attempt did not get its locks within its wait (retried by `_locking`)."""
 
 
+# `$name` parameters (the SQL records.PlanBook shares with DuckDB) as psycopg's `%(name)s`.
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
 def _x(con: Connection, sql: str, params: Any = None) -> psycopg.Cursor[TupleRow]:
     """`con.execute` for SQL composed here from validated identifiers (psycopg's types want a
     literal string)."""
@@ -1532,10 +1640,6 @@ def _runs(spans: Sequence[tuple[dt.date, dt.date]]) -> list[tuple[dt.date, dt.da
 
 def _days(start: dt.date, end: dt.date) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range((end - start).days)]
-
-
-def _rows_of(checksum: str | None) -> int:
-    return int(checksum.split(":")[0]) if checksum else 0
 
 
 def _fmt_days(days: list[str]) -> str:
