@@ -19,6 +19,9 @@ ROWS_TAG = f"{TAG_PREFIX}/estimated_rows"
 # run whose process died (SIGKILL, OOM) from one that is still going.
 PID_TAG = f"{TAG_PREFIX}/pid"
 HOST_TAG = f"{TAG_PREFIX}/host"
+# With the pid: when that process started (boot id and start time), so that a pid reused by a
+# later process does not pass for the run's (service.lease.process_start).
+PROCESS_TAG = f"{TAG_PREFIX}/process"
 # Set on a run marked failed because its process was found dead: it was interrupted (a crash, a
 # restart), so the batch driver runs that batch again instead of halting the plan.
 REAPED_TAG = f"{TAG_PREFIX}/reaped"

@@ -187,8 +187,8 @@ def approved_plan(
     """The real planner's plan of orders_daily over [start, end), approved: what a user does
     before the batches (window 02:00-23:59 UTC, rollback backup)."""
     from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
 
     last = end - dt.timedelta(days=1)
     request = PlanRequest(

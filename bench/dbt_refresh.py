@@ -61,6 +61,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
     from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.downstream import (
         DbtDownstream,
         build_in_shadow,
@@ -71,7 +72,6 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     )
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.tables import backfill_tables
 
     size = ctx.size

@@ -59,7 +59,8 @@ def _record_past_plans(instance: Any, n: int) -> None:
     """n plans of one week each, one after another, recorded as the CLI records a plan's life:
     proposed, approved, swapped, released."""
     from backfill_assets.lib.states import PlanStatus
-    from backfill_assets.service.plans import propose_plan, record_status
+    from backfill_assets.service.approval import propose_plan
+    from backfill_assets.service.plans import record_status
 
     for i in range(n):
         plan = _plan(PAST_START + dt.timedelta(days=i), 7)
@@ -75,8 +76,9 @@ def _record_past_plans(instance: Any, n: int) -> None:
 def _start_current_plan(instance: Any) -> Any:
     """The plan the driver drives: approved and started (its first batch is due)."""
     from backfill_assets.lib.states import PlanStatus
+    from backfill_assets.service.approval import propose_plan
     from backfill_assets.service.batch_driver import start_plan
-    from backfill_assets.service.plans import propose_plan, record_status
+    from backfill_assets.service.plans import record_status
 
     plan = _plan(dt.date(2026, 3, 2), 21)
     propose_plan(instance, plan)

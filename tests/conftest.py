@@ -94,8 +94,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 # -- the reliability figures ---------------------------------------------------------------------
-# `reliability: faults injected N, bad inputs tried M, rows lost L, cases failing K`: N and M are
-# counted by the tests through tests/reliability/harness.py, L is what `expect_target` found
+# `reliability: faults injected N, bad inputs tried M, commands checked against the state of
+# record R, rows lost L, cases failing K`: N, M and R are counted by the tests through
+# tests/reliability/harness.py, L is what `expect_target` found
 # missing or mixed in a target (it must be 0), K the failed tests in tests/reliability. Under
 # pytest-xdist each worker counts its own; the controller adds them up.
 
@@ -122,6 +123,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         FIGURES.bad_inputs_tried += got["bad_inputs_tried"]
         FIGURES.rows_lost += got["rows_lost"]
         FIGURES.losses.extend(got["losses"])
+        FIGURES.record_cases += got.get("record_cases", 0)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -134,7 +136,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     failing = {r.nodeid for key in ("failed", "error") for r in stats.get(key, []) if _ours(r)}
     terminalreporter.write_line(
         f"reliability: faults injected {FIGURES.faults_injected}, bad inputs tried "
-        f"{FIGURES.bad_inputs_tried}, rows lost {FIGURES.rows_lost}, cases failing {len(failing)}"
+        f"{FIGURES.bad_inputs_tried}, commands checked against the state of record "
+        f"{FIGURES.record_cases}, rows lost {FIGURES.rows_lost}, cases failing {len(failing)}"
     )
     for loss in FIGURES.losses:
         terminalreporter.write_line(f"  rows lost in {loss}")
@@ -280,8 +283,8 @@ WINDOW = "02:00-23:00"
 def make_plan(defs, instance, wh, start: str, end: str, approve: bool = True, **kw):
     """Plan (and approve) a backfill of orders_daily with the project's real planner."""
     from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.tables import backfill_tables
 
     tables = kw.pop("tables", None) or backfill_tables(defs)

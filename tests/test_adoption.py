@@ -154,8 +154,8 @@ def test_a_daily_run_of_one_table_blocks_its_own_batches_but_not_another_tables(
 
     from backfill_assets.errors import WriterBusy
     from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from backfill_assets.service.runs import run_job
     from backfill_assets.service.tables import backfill_tables
     from tests.helpers import NOW, execute

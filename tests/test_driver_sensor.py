@@ -196,7 +196,8 @@ def test_an_approved_plan_is_driven_only_after_the_start_job_ran(defs, instance,
     ]
 
 
-def test_the_start_job_refuses_a_plan_that_is_not_approved(defs, instance):
+def test_the_start_job_refuses_a_plan_that_is_not_approved(defs, instance, warehouse_path):
+    # The start job reads the warehouse's record of the plan (BACKFILL_ASSETS_WAREHOUSE).
     result = defs.resolve_job_def(START_JOB).execute_in_process(
         instance=instance,
         run_config={"ops": {"start_backfill_plan": {"config": {"plan_id": "p0000000000"}}}},

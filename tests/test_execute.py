@@ -206,6 +206,29 @@ def test_a_shadow_run_outside_the_plan_is_refused_and_the_swap_still_holds(defs,
     assert perform_swap(instance, ORDERS, history, plan.plan_id).action == "swapped"
 
 
+def test_a_shadow_run_under_the_plans_tag_for_days_outside_the_plan_is_refused(
+    defs, instance, history
+):
+    # Regression: launched with the holding plan's tag, the shadow job wrote a day outside the
+    # plan's range under that plan (2026-11-02 for a plan of 2026-10-05..10-18).
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    outside = END + dt.timedelta(days=2)
+    result = run_job(
+        defs,
+        shadow_job("orders_daily"),
+        instance,
+        start=outside,
+        end_inclusive=outside + dt.timedelta(days=1),
+        tags={PLAN_ID_TAG: plan.plan_id},
+        raise_on_error=False,
+    )
+    assert not result.success
+    message = refused_message(result)
+    assert f"covers {START}..{END}" in message and "outside it" in message
+    days = history.checksums(SPEC, outside, outside + dt.timedelta(days=2), shadow=True)
+    assert not days  # nothing was written to the shadow
+
+
 def test_swap_refuses_when_the_daily_run_wrote_a_partition_after_its_shadow(
     defs, instance, history
 ):

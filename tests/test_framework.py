@@ -232,7 +232,8 @@ def test_the_plan_and_approve_jobs_refuse_a_daily_job_the_code_location_does_not
     from backfill_assets.constants import APPROVE_JOB, APPROVE_OP, PLAN_JOB, PLAN_OP
     from backfill_assets.example.declaration import ORDERS
     from backfill_assets.lib.states import PlanStatus
-    from backfill_assets.service.plans import load_plan, plan_statuses, propose_plan
+    from backfill_assets.service.approval import propose_plan
+    from backfill_assets.service.plans import load_plan, plan_statuses
     from backfill_assets.service.runs import run_job
     from tests.conftest import make_plan
 

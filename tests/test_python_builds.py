@@ -94,8 +94,8 @@ def test_a_batch_whose_python_build_breaks_the_schema_is_refused_and_writes_no_s
 
     from backfill_assets import backfill_definitions, backfill_tables
     from backfill_assets.lib.planning.build import PlanRequest
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan
     from tests.helpers import NOW, execute
 
     sys.path.insert(0, str(Path(__file__).parent / "fixture_project"))

@@ -71,25 +71,60 @@ def _instance() -> dg.DagsterInstance:
     dbt with it)."""
     import dagster as dg
 
-    if not os.environ.get("DAGSTER_HOME"):
+    home = os.environ.get("DAGSTER_HOME")
+    if not home:
         raise BackfillError(
             "DAGSTER_HOME is not set: point it at the folder of the Dagster instance your "
             "deployment uses (the one with dagster.yaml)"
         )
-    return dg.DagsterInstance.get()
+    if not os.path.isabs(home):
+        raise BackfillError(
+            f"DAGSTER_HOME is {home!r}, a relative path; set it to the absolute path of your "
+            f"instance's folder (the one with dagster.yaml), e.g. {Path(home).absolute()}"
+        )
+    if not Path(home).is_dir():
+        raise BackfillError(
+            f"DAGSTER_HOME {home} does not exist or is not a folder; create it (mkdir -p "
+            f"{home}) or point DAGSTER_HOME at the folder of your Dagster instance"
+        )
+    try:
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # the storage opens here: say now if it cannot
+    except Exception as e:  # Dagster's and SQLAlchemy's own errors: nothing was written
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        writable = os.access(home, os.W_OK)
+        raise BackfillError(
+            f"cannot open the Dagster instance in DAGSTER_HOME {home} ({first})"
+            + (
+                "; the folder cannot be written (a read-only file system?), and the instance "
+                "writes its runs and events there: make it writable, or point DAGSTER_HOME at "
+                "a writable folder"
+                if not writable
+                else "; check its dagster.yaml and storage"
+            )
+        ) from None
+    return instance
 
 
-def _context(a: argparse.Namespace, *, jobs: bool = False) -> Context:
-    """The code location, the instance and the warehouse. `jobs`: the command executes runs
-    and needs the location's Definitions; the other commands read the location's snapshot while
-    it is current, which spares them importing it (cli/snapshot.py)."""
+def _context(
+    a: argparse.Namespace,
+    *,
+    jobs: bool = False,
+    instance: dg.DagsterInstance | None = None,
+    reconcile: bool = True,
+) -> Context:
+    """The code location, the instance (`instance`, if the caller opened it) and the
+    warehouse. `jobs`: the command executes runs and needs the location's Definitions; the
+    other commands read the location's snapshot while it is current, which spares them
+    importing it (cli/snapshot.py). `reconcile`: tell the instance first what the warehouse
+    did that it was not told (every command but `doctor`, which reports it)."""
     import dagster as dg
 
     from backfill_assets.cli.location import load_location, resolve_spec
     from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
     from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
 
-    instance = _instance()
+    instance = instance if instance is not None else _instance()
     if jobs:
         from backfill_assets.service.runs import hold_connections
 
@@ -123,7 +158,18 @@ def _context(a: argparse.Namespace, *, jobs: bool = False) -> Context:
         raise BackfillError(
             f"the {WAREHOUSE_RESOURCE_KEY} resource is misconfigured: {_config_problem(e)}"
         ) from None
+    if reconcile:
+        _reconcile(instance, wh)
     return Context(view.defs, view.graph, view.tables, instance, wh, wait_s)
+
+
+def _reconcile(instance: dg.DagsterInstance, wh: Warehouse) -> None:
+    """Before any command acts: tell the instance what the warehouse, the state of record, did
+    to a plan that the instance was not told (a process died between the two), and say so."""
+    from backfill_assets.service.reconcile import reconcile_untold
+
+    for said in reconcile_untold(instance, wh):
+        print(f"recorded from the warehouse: {said}", file=sys.stderr)
 
 
 def _config_problem(e: Any) -> str:
@@ -228,6 +274,13 @@ def cmd_plan(a: argparse.Namespace) -> int:
     from backfill_assets.service.planner import plan_backfill, plan_stale
 
     stale = a.stale or a.built_by is not None
+    if a.timezone is not None and not a.timezone.strip():
+        raise InvalidInput(
+            "--timezone is empty; name an IANA timezone (e.g. UTC or Europe/Berlin), or leave "
+            "the option out to use the partitions' timezone"
+        )
+    if a.out:
+        _refuse_unwritable_out(Path(a.out))
     if stale and (a.start or a.end):
         raise InvalidInput(
             "--stale finds the range from what is stale: leave out --start and --end, or leave "
@@ -280,7 +333,10 @@ def cmd_plan(a: argparse.Namespace) -> int:
         text = plan.to_json() if a.format == "json" else render_markdown(plan)
         if a.out:
             out = _numbered(Path(a.out), i) if len(plans) > 1 else Path(a.out)
-            out.write_text(text + "\n")
+            try:
+                out.write_text(text + "\n")
+            except OSError as e:
+                raise InvalidInput(f"cannot write the plan to {out}: {e.strerror or e}") from None
             print(
                 f"plan {plan.plan_id}: {plan.start}..{plan.end}, {len(plan.batches)} batches, "
                 f"{len(plan.partitions)} partitions -> {out}",
@@ -298,13 +354,32 @@ def cmd_plan(a: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _refuse_unwritable_out(out: Path) -> None:
+    """Refuse an --out the plan could not be written to, before anything is planned."""
+    folder = out.parent
+    if not folder.is_dir():
+        raise InvalidInput(
+            f"--out {out}: the folder {folder} does not exist; create it first (mkdir -p "
+            f"{folder}) or write the plan somewhere else"
+        )
+    if out.is_dir():
+        raise InvalidInput(f"--out {out} is a folder; name a file, e.g. {out / 'plan.json'}")
+    target = out if out.exists() else folder
+    if not os.access(target, os.W_OK):
+        raise InvalidInput(
+            f"--out {out} cannot be written ({'the file' if out.exists() else 'its folder'} "
+            "is read-only); write the plan somewhere else"
+        )
+
+
 def _numbered(path: Path, i: int) -> Path:
     """plan.json -> plan-1.json: one file per plan when --stale finds several ranges."""
     return path.with_name(f"{path.stem}-{i}{path.suffix}")
 
 
 def cmd_approve(a: argparse.Namespace) -> int:
-    from backfill_assets.service.plans import approve_plan, load_plan
+    from backfill_assets.service.approval import approve_plan
+    from backfill_assets.service.reconcile import current_plan
     from backfill_assets.service.tables import table_for
 
     p = Path(a.plan)
@@ -313,7 +388,7 @@ def cmd_approve(a: argparse.Namespace) -> int:
         c = _context(a)
     else:
         c = _context(a)
-        plan, _ = load_plan(c.instance, a.plan, allow_proposed=True)
+        plan, _ = current_plan(c.instance, c.wh, a.plan, allow_proposed=True)
     table = table_for(c.tables, plan.target, what=f"plan {plan.plan_id}'s target")
     status = approve_plan(c.instance, c.wh, table, plan, _who(a), asset_graph=c.graph)
     print(
@@ -328,11 +403,11 @@ def cmd_run(a: argparse.Namespace) -> int:
     from backfill_assets.cli.output import BatchRun, GateFailureOut, RunOut, dump
     from backfill_assets.cli.progress import PlanProgress
     from backfill_assets.service.executor import BatchReport, execute_plan
-    from backfill_assets.service.plans import load_plan
+    from backfill_assets.service.reconcile import current_plan
 
     c = _context(a, jobs=True)
     plan_id = _plan_id_arg(a.plan)
-    plan, _ = load_plan(c.instance, plan_id)
+    plan, _ = current_plan(c.instance, c.wh, plan_id)
     reports: list[BatchReport] = []
     shown = PlanProgress(plan, sys.stderr)
     waiting = _say_waiting()
@@ -419,14 +494,28 @@ def cmd_start(a: argparse.Namespace) -> int:
     # The code location too (or its snapshot): its daily jobs are checked (_context) before the
     # daemon may launch batches that the guards keep clear of them by name.
     c = _context(a)
-    print(start_plan(c.instance, _plan_id_arg(a.plan), _who(a), _now()))
+    print(start_plan(c.instance, _plan_id_arg(a.plan), _who(a), _now(), c.wh))
     return EXIT_OK
 
 
 def cmd_pause(a: argparse.Namespace) -> int:
+    from backfill_assets.errors import ExecutionRefused
     from backfill_assets.service.batch_driver import pause_plan
+    from backfill_assets.service.reconcile import current_plan
 
-    print(pause_plan(_instance(), _plan_id_arg(a.plan), _who(a)))
+    # The instance alone: pausing must work while the code location does not load.
+    instance = _instance()
+    plan_id = _plan_id_arg(a.plan)
+    try:
+        print(pause_plan(instance, plan_id, _who(a)))
+    except ExecutionRefused:
+        # The instance may have lost its record of the plan (erased in the UI): the
+        # warehouse's record restores it, then the plan is paused.
+        c = _context(a, instance=instance)
+        if c.wh.plan_record(plan_id) is None:
+            raise
+        current_plan(instance, c.wh, plan_id)
+        print(pause_plan(instance, plan_id, _who(a)))
     return EXIT_OK
 
 
@@ -448,10 +537,28 @@ def cmd_status(a: argparse.Namespace) -> int:
 def cmd_list(a: argparse.Namespace) -> int:
     from backfill_assets.cli.output import PlanEntry, PlanList, dump
     from backfill_assets.service.plans import plan_statuses
+    from backfill_assets.service.reconcile import reconcile
 
+    instance = _instance()
+    statuses = {
+        pid: (target, str(status)) for pid, (target, status) in plan_statuses(instance).items()
+    }
+    try:
+        wh = _context(a, instance=instance).wh
+    except BackfillError as e:
+        # The instance alone still lists what it recorded; the warehouse's word is missing.
+        print(f"listing the instance's records only (the warehouse was not read: {e})",
+              file=sys.stderr)  # fmt: skip
+    else:
+        # The warehouse's record of each plan it keeps is the truth, and the instance is told
+        # (a record erased in the UI, say).
+        for rec in wh.plan_records():
+            if statuses.get(rec.plan_id, (None, None))[1] != rec.status:
+                reconcile(instance, wh, rec)
+            statuses[rec.plan_id] = (rec.table, rec.status)
     rows = [
-        {"plan_id": pid, "target": target, "status": str(status)}
-        for pid, (target, status) in sorted(plan_statuses(_instance()).items())
+        {"plan_id": pid, "target": target, "status": status}
+        for pid, (target, status) in sorted(statuses.items())
         if a.target is None or target == a.target
     ]
     if a.format == "json":
@@ -470,14 +577,15 @@ def _swap_like(a: argparse.Namespace, kind: str) -> int:
     from backfill_assets.errors import SwapRefused
     from backfill_assets.lib.states import PlanStatus
     from backfill_assets.service.executor import refuse_unless_local, run_error
-    from backfill_assets.service.plans import load_plan, published_keys
+    from backfill_assets.service.plans import published_keys
+    from backfill_assets.service.reconcile import current_plan
     from backfill_assets.service.refresh import refresh_downstream
     from backfill_assets.service.runs import run_as_writer
     from backfill_assets.service.tables import table_for
 
     c = _context(a, jobs=True)
     plan_id = _plan_id_arg(a.plan)
-    plan, status = load_plan(c.instance, plan_id)
+    plan, status = current_plan(c.instance, c.wh, plan_id)
     table = table_for(c.tables, plan.target, what=f"plan {plan_id}'s target")
     refuse_unless_local(c.instance, f"backfill-assets {kind}")
     # Say so now rather than after waiting for the table's writer.
@@ -649,10 +757,10 @@ def cmd_abandon(a: argparse.Namespace) -> int:
 def _target_of(c: Context, plan_id: str) -> str:
     """The table a plan (or a warehouse claim of it) belongs to, for its writer lease."""
     from backfill_assets.errors import ExecutionRefused
-    from backfill_assets.service.plans import load_plan
+    from backfill_assets.service.reconcile import current_plan
 
     try:
-        return load_plan(c.instance, plan_id, allow_proposed=True)[0].target
+        return current_plan(c.instance, c.wh, plan_id, allow_proposed=True)[0].target
     except ExecutionRefused:
         for name in c.tables:
             if c.wh.active_plan(name) == plan_id:
@@ -663,13 +771,16 @@ def _target_of(c: Context, plan_id: str) -> str:
 def cmd_doctor(a: argparse.Namespace) -> int:
     from backfill_assets.service.doctor import diagnose
 
-    c = _context(a)
+    c = _context(a, reconcile=False)  # it reports what the instance was not told
     findings = diagnose(c.instance, c.wh, c.tables, repair=a.repair)
     for f in findings:
         print(f.line())
     open_ = [f for f in findings if not f.repaired]
     if not findings:
-        print("doctor: nothing wrong found (pools, dead runs, writer leases, plans, run queue)")
+        print(
+            "doctor: nothing wrong found (pools, dead runs, writer leases, plan records, plan "
+            "claims, run queue)"
+        )
     elif open_ and not a.repair:
         print(f"doctor: {len(open_)} problems; `backfill-assets doctor --repair` fixes them")
     return EXIT_OK

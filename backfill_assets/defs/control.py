@@ -32,9 +32,10 @@ from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.criteria import load_criteria_yaml
 from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.service.approval import approve_plan, propose_plan
 from backfill_assets.service.batch_driver import pause_plan, start_plan
 from backfill_assets.service.planner import plan_backfill, plan_stale
-from backfill_assets.service.plans import approve_plan, load_plan, propose_plan
+from backfill_assets.service.reconcile import current_plan, reconcile_untold
 from backfill_assets.service.runs import code_location_repository
 from backfill_assets.service.tables import backfill_tables, refuse_bad_daily_jobs, table_for
 
@@ -131,22 +132,27 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
         rollback=config.rollback or None,
         criteria=criteria,
     )
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
     inputs: dict[str, Any] = {
         "asset_graph": graph,
         "tables": tables,
         "instance": context.instance,
-        "warehouse": getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter(),
+        "warehouse": wh,
         "now": dt.datetime.now(dt.UTC),
     }
     if not stale:
         plans = [plan_backfill(request, **inputs)]
     else:
+        # What is stale is read from the target's materializations: those of a swap or
+        # rollback the instance was not told about (a crash) are recorded first.
+        for said in reconcile_untold(context.instance, wh):
+            context.log.info(said)
         scan, plans = plan_stale(request, built_by=config.built_by or None, **inputs)
         context.log.info("\n".join(scan.summary()))
         if not plans:
             context.log.info(f"nothing to backfill: no partition of {config.target} is {scan.rule}")
     for plan in plans:  # every plan was built before any is proposed
-        status = propose_plan(context.instance, plan)
+        status = propose_plan(context.instance, plan, wh)
         context.log.info(
             f"plan {plan.plan_id} ({plan.start}..{plan.end}) {status}: {len(plan.batches)} "
             f"batches; approve it with {APPROVE_JOB} (plan_id: {plan.plan_id})"
@@ -162,10 +168,10 @@ def plan_backfill_op(context: dg.OpExecutionContext, config: PlanBackfillConfig)
 )
 def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -> str:
     graph, tables, repository = _location(context)
-    plan, _ = load_plan(context.instance, config.plan_id, allow_proposed=True)
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
+    plan, _ = current_plan(context.instance, wh, config.plan_id, allow_proposed=True)
     table = table_for(tables, plan.target, what=f"plan {plan.plan_id}'s target")
     _refuse_bad_daily_job(repository, table)
-    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
     status = approve_plan(context.instance, wh, table, plan, config.approved_by, asset_graph=graph)
     context.log.info(f"plan {plan.plan_id} {status}")
     return str(status)
@@ -173,13 +179,15 @@ def approve_backfill_op(context: dg.OpExecutionContext, config: ApproveConfig) -
 
 @dg.op(
     name=START_OP,
+    required_resource_keys=_RESOURCES,
     description="Mark an approved plan as started: its table's batch driver sensor then runs its "
     "batches inside the plan's window, around the daily run. Starting again after a failed "
     "batch re-runs that batch.",
 )
 def start_backfill_plan_op(context: dg.OpExecutionContext, config: PlanCommandConfig) -> None:
     now = dt.datetime.now(dt.UTC)
-    context.log.info(start_plan(context.instance, config.plan_id, config.requested_by, now))
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
+    context.log.info(start_plan(context.instance, config.plan_id, config.requested_by, now, wh))
 
 
 @dg.op(name=PAUSE_OP, description="Stop the batch driver from launching further batches.")

@@ -17,6 +17,7 @@ Every decorated function here gathers its inputs from the context and calls serv
 import datetime as dt
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from functools import cache
 from typing import Any
 
@@ -48,9 +49,11 @@ from backfill_assets.defs.check_targets import latest_writes
 from backfill_assets.defs.resources import WarehouseResource
 from backfill_assets.errors import ExecutionRefused
 from backfill_assets.lib.gates import GateOutcome, evaluate_gates
+from backfill_assets.lib.planning.criteria import Criteria
+from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES
 from backfill_assets.lib.table import BackfillableTable
-from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.warehouse.base import SwapResult, Warehouse, iter_days
 from backfill_assets.service.batch_driver import drive, follow_swaps
 from backfill_assets.service.downstream import (
     DbtDownstream,
@@ -64,16 +67,17 @@ from backfill_assets.service.lease import (
     holder_for_run,
     mark_this_process,
 )
-from backfill_assets.service.plans import latest_plan_record, load_plan, plan_criteria
-from backfill_assets.service.runs import code_location
-from backfill_assets.service.swap import (
-    perform_rollback,
-    perform_swap,
-    prepare_downstream,
-    published_materializations,
-    recorded_code_versions,
+from backfill_assets.service.plans import latest_plan_record
+from backfill_assets.service.published import (
+    ROLLBACK_ACTION,
+    SWAP_ACTION,
+    code_versions_of,
+    model_materializations,
     swap_materializations,
 )
+from backfill_assets.service.reconcile import current_plan, settle
+from backfill_assets.service.runs import code_location
+from backfill_assets.service.swap import perform_rollback, perform_swap, prepare_downstream
 from backfill_assets.service.tables import backfill_tables, daily_job_problems
 from backfill_assets.service.writes import prepared_build, write_partitions
 
@@ -246,9 +250,8 @@ def table_definitions(
     def shadow(context: dg.AssetExecutionContext) -> Iterator[Any]:
         plan_id = context.run.tags.get(PLAN_ID_TAG, "")
         wh = _warehouse(context).adapter()
-        _refuse_shadow_without_plan(context.instance, wh, table, plan_id)
-        criteria = plan_criteria(context.instance, plan_id) or table.criteria
         start, end = partition_dates(context)
+        criteria = _refuse_shadow_without_plan(context.instance, wh, table, plan_id, start, end)
         _claim(context, wh, table, ROLE_BATCH, plan_id)
         # A Python build runs before the warehouse is opened; the write and the gates then share
         # one opening of it (DuckDB: the catalog loaded once, the week just written still in
@@ -301,7 +304,7 @@ def table_definitions(
                 + ("no plan holds the table" if downstream else "no downstream_dbt declared"),
             )
         _claim(op, wh, table, ROLE_SWAP, plan_id)
-        plan, _ = load_plan(op.instance, plan_id)
+        plan, _ = current_plan(op.instance, wh, plan_id)
         graph = code_location(op)
         build = build_in_shadow(
             plan,
@@ -353,13 +356,7 @@ def table_definitions(
             if build is not None:  # refused or failed: the models built in shadow go too
                 drop_shadows(wh, build)
             raise
-        versions = recorded_code_versions(context.instance, config.plan_id, "in")
-        rows = wh.table_rows(spec)
-        for event in swap_materializations(table, result, "swap", rows, versions):
-            context.log_event(event)
-        if result.partitions:  # not when it was already swapped
-            for event in published_materializations(context.instance, config.plan_id, "swap"):
-                context.log_event(event)
+        _log_moves(context, wh, table, result, SWAP_ACTION)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions in "
             f"{result.weeks} weeks, {result.seconds * 1000:.1f} ms"
@@ -374,13 +371,7 @@ def table_definitions(
         wh = _warehouse(context).adapter()
         _claim(context, wh, table, ROLE_ROLLBACK, config.plan_id)
         result = perform_rollback(context.instance, table, wh, config.plan_id)
-        versions = recorded_code_versions(context.instance, config.plan_id, "out")
-        rows = wh.table_rows(spec)
-        for event in swap_materializations(table, result, "rollback", rows, versions):
-            context.log_event(event)
-        if result.partitions:  # not when it was already rolled back
-            for event in published_materializations(context.instance, config.plan_id, "rollback"):
-                context.log_event(event)
+        _log_moves(context, wh, table, result, ROLLBACK_ACTION)
         context.log.info(
             f"{result.action}: {len(result.partitions)} partitions restored in "
             f"{result.seconds * 1000:.1f} ms"
@@ -466,16 +457,53 @@ def _warehouse(context: Any) -> WarehouseResource:
     return getattr(context.resources, WAREHOUSE_RESOURCE_KEY)
 
 
-def _refuse_shadow_without_plan(
-    instance: dg.DagsterInstance, wh: Warehouse, table: BackfillableTable, plan_id: str
+def _log_moves(
+    context: dg.OpExecutionContext,
+    wh: Warehouse,
+    table: BackfillableTable,
+    result: SwapResult,
+    action: str,
 ) -> None:
-    """The shadow belongs to the plan that holds the table; a run for no plan, or another one,
-    would overwrite what that plan's gates checked."""
+    """Log what the swap or rollback moved (the target's partitions, the models published or
+    restored with it), then settle the plan's record: the instance has been told everything."""
+    record = latest_plan_record(context.instance, result.plan_id) or {}
+    versions = code_versions_of(record, action)
+    rows = wh.table_rows(table.spec)
+    for event in swap_materializations(table.key, result, action, rows, versions):
+        context.log_event(event)
+    if result.partitions and isinstance(record.get("plan"), dict):  # not when already done
+        for event in model_materializations(BackfillPlan.from_dict(record["plan"]), record, action):
+            context.log_event(event)
+    if record.get("status"):
+        settle(wh, result.plan_id, str(record["status"]))
+
+
+def _refuse_shadow_without_plan(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    plan_id: str,
+    start: dt.date,
+    end: dt.date,
+) -> Criteria:
+    """The shadow belongs to the plan that holds the table, for the plan's partitions; a run
+    for no plan, another one, or days outside it would overwrite what that plan's gates
+    checked, or write a shadow the plan never swaps. The plan's criteria, for the gates."""
     holder = wh.active_plan(table.key)
-    rec = latest_plan_record(instance, plan_id) if plan_id else None
-    status = str(rec.get("status")) if rec else None
-    if plan_id and plan_id == holder and status in ACTIVE_PLAN_STATUSES:
-        return
+    plan, status = None, None
+    if plan_id:
+        with suppress(ExecutionRefused):
+            plan, status = current_plan(instance, wh, plan_id)
+    if plan is not None and plan_id == holder and status in ACTIVE_PLAN_STATUSES:
+        days = set(plan.partitions)
+        outside = [d.isoformat() for d in iter_days(start, end) if d.isoformat() not in days]
+        if not outside:
+            return plan.criteria
+        raise ExecutionRefused(
+            f"plan {plan_id} covers {plan.start}..{plan.end}; this run of the shadow of "
+            f"{table.key} is for {_span(outside)}, outside it. Nothing was written. A batch "
+            "writes the plan's own days: let the batch driver or `backfill-assets run` launch it"
+        )
     tag = f"{PLAN_ID_TAG}={holder}" if holder else f"{PLAN_ID_TAG}=<an approved plan>"
     what = f"plan {plan_id} ({status or 'not approved'})" if plan_id else "no plan"
     raise ExecutionRefused(
@@ -483,6 +511,10 @@ def _refuse_shadow_without_plan(
         f"({holder or 'none does'}); this run is for {what}. Launch the batch with the tag {tag}, "
         "or let the batch driver do it (start_backfill_plan_job)"
     )
+
+
+def _span(days: list[str]) -> str:
+    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]} ({len(days)} days)"
 
 
 def gate_events(

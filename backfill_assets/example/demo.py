@@ -211,9 +211,10 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.planning.markdown import render_markdown
+    from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
-    from backfill_assets.service.plans import approve_plan, published_keys
+    from backfill_assets.service.plans import published_keys
     from backfill_assets.service.refresh import refresh_downstream
     from backfill_assets.service.stale import find_stale
     from backfill_assets.service.status import plan_status, render_status

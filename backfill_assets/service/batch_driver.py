@@ -43,11 +43,12 @@ from backfill_assets.lib.states import (
     PlanStatus,
 )
 from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.batch_decision import Decision, RunFact, batch_run_key, next_action
 from backfill_assets.service.executor import batch_done, batch_tags
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
-from backfill_assets.service.lease import reap_dead_local_runs
+from backfill_assets.service.lease import live_runner, reap_dead_local_runs, runner_refusal
 from backfill_assets.service.plans import (
     DRIVING,
     OVERRUN,
@@ -59,6 +60,7 @@ from backfill_assets.service.plans import (
     published_keys,
     record_status,
 )
+from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.runs import range_tags
 
@@ -71,21 +73,36 @@ REFRESH_LOOKBACK = dt.timedelta(hours=1)
 
 
 def start_plan(
-    instance: dg.DagsterInstance, plan_id: str, started_by: str, now: dt.datetime
+    instance: dg.DagsterInstance,
+    plan_id: str,
+    started_by: str,
+    now: dt.datetime,
+    wh: Warehouse | None = None,
 ) -> str:
-    """Mark an approved plan as started for the driver; return a one-line summary."""
-    plan, status = load_plan(instance, plan_id)
+    """Mark an approved plan as started for the driver; return a one-line summary. With the
+    warehouse `wh`, its record of the plan decides (service.reconcile), and a plan that a
+    `backfill-assets run` is running is refused: one runner per plan."""
+    plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.APPROVED:
         raise ExecutionRefused(
             f"plan {plan_id} is {status}; only an approved plan can be started "
             "(approve_backfill_job or `backfill-assets approve PLAN.json` first)"
         )
+    runner = live_runner(instance, wh, plan_id) if wh is not None else None
+    if runner is not None:
+        raise runner_refusal(plan_id, runner)
     record_status(
         instance,
         plan,
         PlanStatus.APPROVED,
         **{DRIVING: True, STARTED_AT: now.isoformat(), STARTED_BY: started_by, OVERRUN: None},
     )
+    # A `run` reads the driver's flag once it holds the runner lease: one that took the lease
+    # before the flag was recorded is seen here, and the start is taken back.
+    runner = live_runner(instance, wh, plan_id) if wh is not None else None
+    if runner is not None:
+        record_status(instance, plan, PlanStatus.APPROVED, driving=False)
+        raise runner_refusal(plan_id, runner)
     return (
         f"plan {plan_id} started: the batch driver launches its next batch inside the window "
         f"{plan.window.label} {plan.window.timezone}, never while {plan.contention.daily_job} "

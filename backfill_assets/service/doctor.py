@@ -9,8 +9,13 @@ Checks, each with a finding and (with `repair=True`) the fix:
   (SIGKILL, OOM), still STARTED. Repair: mark them failed and free their slots.
 - **writer leases**: a table's writer lease held by a run that ended or a process that is gone.
   Repair: free it (it would be taken over on the next claim anyway; this says so now).
-- **plan claims**: a table held in the warehouse by a plan the instance no longer has active.
-  Repair: free the table.
+- **plan records**: a plan whose status in the warehouse, the state of record, is not what the
+  instance has (a process died between the two, or the record was erased in the UI), or whose
+  swap or rollback the instance was not told completely. Repair: tell the instance
+  (service.reconcile). A plan the instance has as approved or swapped that the warehouse does not
+  hold is reported (approve it again or abandon it).
+- **plan claims**: a table held in the warehouse by a plan that is over. Repair: free the table,
+  never while the plan has a live backup in the warehouse (its rollback needs the claim).
 - **run queue**: the instance does not limit the writer tag to one run per table, so runs of
   one table are not kept queued behind each other (not repaired: it is instance configuration).
 """
@@ -23,11 +28,12 @@ from dataclasses import dataclass
 import dagster as dg
 
 from backfill_assets.constants import WRITER_TAG
-from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, IN_PROGRESS_RUN_STATUSES
+from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, IN_PROGRESS_RUN_STATUSES, PlanStatus
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.lease import dead_local_runs, gone_reason, reap_dead_local_runs
-from backfill_assets.service.plans import latest_plan_record
+from backfill_assets.service.plans import latest_plan_record, plan_statuses
+from backfill_assets.service.reconcile import reconcile
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,60 @@ def _leases(
     return out
 
 
+def _records(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    tables: Mapping[str, BackfillableTable],
+    repair: bool,
+) -> list[Finding]:
+    """Every disagreement between the warehouse's records of plans and the instance's."""
+    out = []
+    kept = set()
+    for rec in wh.plan_records():
+        kept.add(rec.plan_id)
+        if rec.table not in tables:  # another code location's table, in the same warehouse
+            continue
+        seen = latest_plan_record(instance, rec.plan_id)
+        had = str(seen["status"]) if seen else None
+        if had == rec.status and rec.told:
+            continue
+        if had != rec.status:
+            problem = (
+                f"plan {rec.plan_id} of {rec.table} is {rec.status} in the warehouse (the state "
+                "of record), but the instance has " + (f"it as {had}" if had else "no record of it")
+            )
+        else:
+            problem = (
+                f"plan {rec.plan_id} of {rec.table} is {rec.status}, but the instance was not told "
+                "all of it (the process ended between the warehouse's commit and the instance)"
+            )
+        if repair:
+            reconcile(instance, wh, rec, seen=seen)
+        out.append(
+            Finding(
+                "records",
+                problem,
+                "backfill-assets doctor --repair (tells the instance what the warehouse did)",
+                repair,
+            )
+        )
+    for plan_id, (target, status) in sorted(plan_statuses(instance).items()):
+        if target not in tables or status not in ACTIVE_PLAN_STATUSES or plan_id in kept:
+            continue
+        if wh.active_plan(target) == plan_id:  # claimed before the warehouse kept plans
+            continue
+        out.append(
+            Finding(
+                "records",
+                f"plan {plan_id} of {target} is {status} in the instance, but the warehouse "
+                "neither holds the table for it nor keeps it",
+                f"approve it again (backfill-assets approve PLAN.json), or backfill-assets "
+                f"abandon {plan_id}",
+            )
+        )
+    return out
+
+
 def _claims(
     instance: dg.DagsterInstance,
     wh: Warehouse,
@@ -123,16 +183,35 @@ def _claims(
         plan_id = wh.active_plan(name)
         if plan_id is None:
             continue
-        rec = latest_plan_record(instance, plan_id)
-        status = str(rec.get("status")) if rec else None
+        kept = wh.plan_record(plan_id)
+        if kept is not None:
+            status: str | None = kept.status
+            source = "the warehouse"
+        else:  # claimed before the warehouse kept plans: the instance's word
+            rec = latest_plan_record(instance, plan_id)
+            status = str(rec.get("status")) if rec else None
+            source = "the instance"
         if status in ACTIVE_PLAN_STATUSES:
+            continue
+        if wh.swap_state(tables[name].spec, plan_id) == PlanStatus.SWAPPED:
+            # Its backup is live: freeing the claim would let another plan swap over it and
+            # leave the backup with nothing to restore it. Never repaired.
+            out.append(
+                Finding(
+                    "plans",
+                    f"{name} is held by plan {plan_id}, which has a live backup in the warehouse "
+                    f"but which {source} has " + (f"as {status}" if status else "no record of"),
+                    f"roll it back or release it (backfill-assets rollback {plan_id}); the claim "
+                    "is kept while the backup lives",
+                )
+            )
             continue
         if repair:
             wh.release_plan(name, plan_id)
         out.append(
             Finding(
                 "plans",
-                f"{name} is held by plan {plan_id}, which the instance has "
+                f"{name} is held by plan {plan_id}, which {source} has "
                 + (f"as {status}" if status else "never recorded"),
                 f"backfill-assets doctor --repair, or backfill-assets abandon {plan_id}",
                 repair,
@@ -176,5 +255,6 @@ def diagnose(
     findings = [*_pools(instance, repair), *_dead_runs(instance, repair), *_run_queue(instance)]
     if wh is not None:
         findings += _leases(instance, wh, tables, repair)
+        findings += _records(instance, wh, tables, repair)
         findings += _claims(instance, wh, tables, repair)
     return findings

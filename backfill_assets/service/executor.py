@@ -49,9 +49,10 @@ from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import refuse_if_daily_in_progress
-from backfill_assets.service.lease import Waiting, reap_dead_local_runs
-from backfill_assets.service.plans import DRIVING, latest_plan_record, load_plan
+from backfill_assets.service.lease import Waiting, plan_runner, reap_dead_local_runs
+from backfill_assets.service.plans import DRIVING, latest_plan_record
 from backfill_assets.service.progress import ProgressCallback, RunWatcher, report_event
+from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.runs import run_as_writer
 from backfill_assets.service.tables import table_for
 
@@ -181,16 +182,47 @@ def execute_plan(
     `progress` gets every ProgressEvent (service.progress) as it happens, from this thread or
     from the thread that follows a batch's run.
     """
-    plan, status = load_plan(instance, plan_id)
+    plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.APPROVED:
         raise ExecutionRefused(f"plan {plan_id} is {status}; only an approved plan can run")
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
+    refuse_unless_local(instance, "backfill-assets run")
+    with plan_runner(instance, wh, plan_id):
+        return _run_batches(
+            defs, instance, wh, table, plan,
+            clock=clock, ignore_window=ignore_window, progress=progress,
+            max_batches=max_batches, log_level=log_level, wait_s=wait_s, on_wait=on_wait,
+        )  # fmt: skip
+
+
+class _AlreadyPassed(Exception):
+    """A batch passed while this runner waited for the table (another launch ran it)."""
+
+
+def _run_batches(
+    defs: dg.Definitions,
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    plan: BackfillPlan,
+    *,
+    clock: Callable[[], dt.datetime],
+    ignore_window: bool,
+    progress: ProgressCallback | None,
+    max_batches: int | None,
+    log_level: str | None,
+    wait_s: float,
+    on_wait: Callable[[Waiting], None] | None,
+) -> list[BatchReport]:
+    """`execute_plan`'s batches, by the plan's one runner."""
+    plan_id = plan.plan_id
+    # Read with the runner lease held: `start` records the driver first and then looks for a
+    # runner, so of a `start` and a `run` racing, one always sees the other.
     if (latest_plan_record(instance, plan_id) or {}).get(DRIVING):
         raise ExecutionRefused(
             f"plan {plan_id} is being driven by the daemon's batch driver; pause it "
             f"(`backfill-assets pause {plan_id}`) before running batches from here"
         )
-    refuse_unless_local(instance, "backfill-assets run")
     busy = instance.get_runs(
         filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}, statuses=list(IN_PROGRESS_RUN_STATUSES))
     )
@@ -228,8 +260,24 @@ def execute_plan(
         t0 = dt.datetime.now(dt.UTC)
         watcher = RunWatcher(instance, batch, total, progress) if progress else None
 
-        def before(run_id: str, watcher: RunWatcher | None = watcher) -> None:
+        waited: list[Waiting] = []
+
+        def waiting(w: Waiting, waited: list[Waiting] = waited) -> None:
+            waited.append(w)
+            if on_wait is not None:
+                on_wait(w)
+
+        def before(
+            run_id: str,
+            watcher: RunWatcher | None = watcher,
+            batch: Batch = batch,
+            waited: list[Waiting] = waited,
+        ) -> None:
             refuse_if_daily_in_progress(instance, table)
+            # With the table's lease held: a batch that passed while this waited for the table
+            # (a launch from the UI ran it) is not run again.
+            if waited and batch_done(instance, plan, batch):
+                raise _AlreadyPassed
             if watcher is not None:
                 watcher.follow(run_id)
 
@@ -244,13 +292,19 @@ def execute_plan(
                 plan_id=plan_id,
                 wait_s=wait_s,
                 before=before,
-                on_wait=on_wait,
+                on_wait=waiting,
                 start=batch.start,
                 end_inclusive=batch.end,
                 tags=batch_tags(plan, batch),
                 raise_on_error=False,
                 log_level=log_level,
             )
+        except _AlreadyPassed:
+            reports.append(
+                BatchReport(batch.index, batch.start, batch.end, "skipped (already passed)")
+            )
+            emit("skipped", batch, reports[-1])
+            continue
         finally:
             if watcher is not None:
                 watcher.stop()

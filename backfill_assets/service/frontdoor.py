@@ -22,8 +22,8 @@ from backfill_assets.errors import BackfillError
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.approval import propose_plan
 from backfill_assets.service.planner import plan_backfill
-from backfill_assets.service.plans import propose_plan
 
 
 def daily_path_refusal(
@@ -89,7 +89,7 @@ def propose_instead(
             request, asset_graph=asset_graph, tables=tables, instance=instance, warehouse=wh,
             now=now,
         )  # fmt: skip
-        status = propose_plan(instance, plan)
+        status = propose_plan(instance, plan, wh)
     except BackfillError as e:
         return None, f"No plan was proposed: {e}. Otherwise {manual}"
     return plan.plan_id, (

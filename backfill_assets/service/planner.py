@@ -46,7 +46,9 @@ def plan_backfill(
             start, end = parse_day(request.start, "start"), parse_day(request.end, "end")
         except BackfillError:
             start = end = None  # build_plan refuses with the precise message
-        if start and end and start <= end:
+        # Only a range build_plan could accept: it refuses the rest with the precise message
+        # (a range past today, up to 9999-12-31, would overflow the dates computed here).
+        if start and end and start <= end <= now.date() + dt.timedelta(days=1):
             impact = impact_of(graph, table, start, end)
             try:
                 rows = warehouse.partition_stats(table.spec, start, end + dt.timedelta(days=1)).rows

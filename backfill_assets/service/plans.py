@@ -20,10 +20,8 @@ from backfill_assets.constants import ACTIVE_PLANS_PARTITIONS, PLANS_ASSET, PLAN
 from backfill_assets.errors import ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.markdown import render_markdown
-from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
-from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, PlanStatus
-from backfill_assets.lib.table import BackfillableTable
-from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.planning.plan import BackfillPlan
+from backfill_assets.lib.states import PlanStatus
 
 PLAN_KEY = dg.AssetKey(PLANS_ASSET)
 
@@ -51,19 +49,32 @@ CARRIED = (
 )
 
 
+# Materializations of a plan's partition read per query while looking for the framework's latest.
+_RECORD_PAGE = 20
+
+
 def latest_plan_record(instance: dg.DagsterInstance, plan_id: str) -> dict[str, Any] | None:
-    """The latest stored metadata of a plan: {"plan": dict, "status": str, ...} or None."""
+    """The latest record of a plan this package wrote: {"plan": dict, "status": str, ...}, or
+    None.
+
+    A materialization of `backfill_plans` that carries no plan and status is not one of them:
+    the UI's "Report materialization event" (GraphQL `reportRunlessAssetEvents`) records one
+    with a description at most, and it once replaced the plan's record, so that every command
+    lost a swapped plan. Such events are skipped; they change nothing a command does."""
     if not instance.has_dynamic_partition(PLANS_PARTITIONS, plan_id):
         return None
-    result = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=PLAN_KEY, asset_partitions=[plan_id]), limit=1
-    )
-    if not result.records:
-        return None
-    mat = result.records[0].asset_materialization
-    if mat is None:
-        return None
-    return {k: v.value for k, v in mat.metadata.items()}
+    records_filter = dg.AssetRecordsFilter(asset_key=PLAN_KEY, asset_partitions=[plan_id])
+    cursor = None
+    while True:
+        result = instance.fetch_materializations(records_filter, limit=_RECORD_PAGE, cursor=cursor)
+        for record in result.records:
+            mat = record.asset_materialization
+            found = {k: v.value for k, v in mat.metadata.items()} if mat is not None else {}
+            if isinstance(found.get("plan"), dict) and found.get("status"):
+                return found
+        if not result.has_more:
+            return None
+        cursor = result.cursor
 
 
 def load_plan(
@@ -207,95 +218,3 @@ def batches_table(plan: BackfillPlan) -> dg.TableMetadataValue:
         ],
         schema=dg.TableSchema(columns=list(_BATCH_COLUMNS)),
     )
-
-
-def _check_plan_for(table: BackfillableTable, plan: BackfillPlan) -> None:
-    verify_integrity(plan)
-    if plan.target != table.key:
-        raise ExecutionRefused(f"plan {plan.plan_id} targets {plan.target}, not {table.key}")
-    # The plan's criteria reach SQL in the gates; a hand-made plan with a consistent id but an
-    # unsafe predicate was once approved and failed only after its batch had written the shadow.
-    plan.criteria.validate(table.spec.column_names)
-
-
-def _status_of(instance: dg.DagsterInstance, plan_id: str) -> PlanStatus | None:
-    rec = latest_plan_record(instance, plan_id)
-    return PlanStatus(str(rec["status"])) if rec and rec.get("status") else None
-
-
-def _check_impact(table: BackfillableTable, plan: BackfillPlan, asset_graph: Any) -> None:
-    """The plan's downstream impact is what the asset lineage gives for its range now. The plan
-    id does not cover it, and an emptied impact would leave every downstream model stale after
-    the swap; lineage that changed since planning needs a new plan too."""
-    from backfill_assets.service.planner import impact_of
-
-    now = impact_of(asset_graph, table, plan.start, plan.end)
-    if tuple(now) != tuple(plan.impact):
-        raise ExecutionRefused(
-            f"plan {plan.plan_id} lists {len(plan.impact)} impacted downstream assets, but the "
-            f"asset lineage gives {len(now)} for its range now: the plan was edited, or the "
-            "lineage changed since it was made; plan again with backfill-assets plan"
-        )
-
-
-def approve_plan(
-    instance: dg.DagsterInstance,
-    wh: Warehouse,
-    table: BackfillableTable,
-    plan: BackfillPlan,
-    approved_by: str,
-    asset_graph: Any = None,
-) -> PlanStatus:
-    """Record an approved plan. Idempotent for the same plan.
-
-    Only one plan holds a table at a time (it would write the same shadow, and a second swap
-    over a swapped plan would be undone by the first one's rollback). The warehouse decides
-    which, atomically: of two approvals racing for one table, exactly one wins. With the code
-    location's `asset_graph`, the plan's impact must be the lineage's (`_check_impact`).
-    """
-    _check_plan_for(table, plan)
-    if asset_graph is not None:
-        _check_impact(table, plan, asset_graph)
-    current = latest_plan_record(instance, plan.plan_id)
-    status = PlanStatus(str(current["status"])) if current else None
-    if status in ACTIVE_PLAN_STATUSES:
-        return status  # type: ignore[return-value]
-    if status is not None and status != PlanStatus.PROPOSED:
-        raise ExecutionRefused(
-            f"plan {plan.plan_id} was already {status}; plan again with a different range or "
-            "criteria to backfill this range once more"
-        )
-    holder = wh.claim_plan(table.key, plan.plan_id)
-    holder_status = _status_of(instance, holder) if holder != plan.plan_id else None
-    if holder_status is not None and holder_status not in ACTIVE_PLAN_STATUSES:
-        # The claim outlived its plan (a crash between the warehouse and the instance).
-        wh.release_plan(table.key, holder)
-        holder = wh.claim_plan(table.key, plan.plan_id)
-        holder_status = _status_of(instance, holder) if holder != plan.plan_id else None
-    if holder != plan.plan_id:
-        state = (
-            f"still {holder_status}"
-            if holder_status
-            else "being approved right now (or was left half-approved by a crash)"
-        )
-        raise ExecutionRefused(
-            f"plan {holder} for {table.key} is {state}; swap and release it, roll it back, or "
-            f"abandon it (`backfill-assets abandon {holder}`) before approving another"
-        )
-    instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
-    record_status(
-        instance, plan, PlanStatus.APPROVED, previous=current or {}, approved_by=approved_by
-    )
-    return PlanStatus.APPROVED
-
-
-def propose_plan(instance: dg.DagsterInstance, plan: BackfillPlan) -> PlanStatus:
-    """Record a plan for review (the UI's planning job, a refused launch on the target).
-    Launches nothing; never downgrades a plan that was already approved or further along."""
-    verify_integrity(plan)
-    current = latest_plan_record(instance, plan.plan_id)
-    if current is not None and current.get("status") != PlanStatus.PROPOSED:
-        return PlanStatus(str(current["status"]))
-    instance.add_dynamic_partitions(PLANS_PARTITIONS, [plan.plan_id])
-    record_status(instance, plan, PlanStatus.PROPOSED, previous={})
-    return PlanStatus.PROPOSED

@@ -24,10 +24,17 @@ from backfill_assets.constants import (
     PARTITION_RANGE_END_TAG,
     PARTITION_RANGE_START_TAG,
     PID_TAG,
+    PROCESS_TAG,
 )
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
-from backfill_assets.service.lease import Waiting, holder_for_run, this_host, writer_lease
+from backfill_assets.service.lease import (
+    Waiting,
+    holder_for_run,
+    this_host,
+    this_process,
+    writer_lease,
+)
 
 # The Definitions of the job `run_job` is executing in this process (see code_location).
 IN_PROCESS_LOCATION: ContextVar[dg.Definitions | None] = ContextVar(
@@ -92,7 +99,7 @@ def range_tags(start: dt.date, end_inclusive: dt.date) -> dict[str, str]:
 
 def local_process_tags() -> dict[str, str]:
     """Where an in-process run executes, so it can be reaped if this process dies."""
-    return {PID_TAG: str(os.getpid()), HOST_TAG: this_host()}
+    return {PID_TAG: str(os.getpid()), HOST_TAG: this_host(), PROCESS_TAG: this_process()}
 
 
 def run_job(

@@ -16,7 +16,7 @@ from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.lease import gone_reason
-from backfill_assets.service.plans import load_plan
+from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.tables import table_for
 
 
@@ -26,7 +26,7 @@ def plan_status(
     wh: Warehouse | None,
     plan_id: str,
 ) -> dict[str, Any]:
-    plan, status = load_plan(instance, plan_id)
+    plan, status = current_plan(instance, wh, plan_id)
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
     states = gate_states(instance, plan.shadow, plan.partitions, plan_id)
     by_partition: dict[str, list[GateState]] = {}

@@ -18,7 +18,6 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.constants import CODE_VERSION_TAG
 from backfill_assets.errors import ExecutionRefused, SwapRefused
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import PlanStatus
@@ -35,11 +34,9 @@ from backfill_assets.service.plans import (
     CODE_VERSIONS,
     PUBLISHED,
     PUBLISHED_PARTITIONS,
-    latest_plan_record,
-    load_plan,
     record_status,
-    recorded_published_keys,
 )
+from backfill_assets.service.reconcile import current_plan, settle
 from backfill_assets.service.stale import latest_builds
 from backfill_assets.service.tables import table_for
 
@@ -75,7 +72,7 @@ def prepare_downstream(
     """Before the swap of an approved plan whose gates all passed: build its impacted dbt models
     in shadow and run their tests there. None when the swap has nothing to build (already
     swapped). Raises SwapRefused, having dropped what it built, when a model or a test fails."""
-    plan, status = load_plan(instance, plan_id)
+    plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.APPROVED or plan.target != table.key:
         return None  # perform_swap answers (already swapped, or why not)
     why = swap_blockers(instance, plan)
@@ -98,8 +95,13 @@ def perform_swap(
     downstream: ShadowBuild | None = None,
 ) -> SwapResult:
     """Swap the plan's validated shadow into the target; with `downstream` (a passing shadow
-    build of its dbt models), publish those models in the same warehouse transaction."""
-    plan, status = load_plan(instance, plan_id)
+    build of its dbt models), publish those models in the same warehouse transaction.
+
+    The warehouse records the plan swapped, with its code versions and published models, in
+    the swap's transaction; then the instance is told. The caller logs the swap's
+    materializations (service.published) and then `settle`s the record (service.reconcile); a
+    process that dies before that leaves it to the next command."""
+    plan, status = current_plan(instance, wh, plan_id)
     if status == PlanStatus.SWAPPED:
         return SwapResult(plan_id, "already_swapped", {}, 0, 0.0)
     if status != PlanStatus.APPROVED:
@@ -109,9 +111,13 @@ def perform_swap(
     why = swap_blockers(instance, plan)
     if why:
         raise SwapRefused(why)
-    versions = _code_versions(instance, plan)  # read before the swap records anything
     companions = downstream.companions if downstream is not None and downstream.passed else []
-    result = wh.swap(table.spec, plan_id, _days(plan), companions)
+    details = {
+        CODE_VERSIONS: _code_versions(instance, plan),  # read before the swap records anything
+        PUBLISHED: downstream.published_keys if downstream else [],
+        PUBLISHED_PARTITIONS: downstream.rebuilt_partitions if downstream else {},
+    }
+    result = wh.swap(table.spec, plan_id, _days(plan), companions, details)
     record_status(
         instance,
         plan,
@@ -119,48 +125,9 @@ def perform_swap(
         swap_seconds=round(result.seconds, 4),
         swapped_weeks=result.weeks,
         driving=False,
-        **{
-            CODE_VERSIONS: versions,
-            PUBLISHED: downstream.published_keys if downstream else [],
-            PUBLISHED_PARTITIONS: downstream.rebuilt_partitions if downstream else {},
-        },
+        **details,
     )
     return result
-
-
-def published_materializations(
-    instance: dg.DagsterInstance, plan_id: str, action: str
-) -> list[dg.AssetMaterialization]:
-    """One materialization per affected partition of each dbt model the swap published (or
-    the rollback restored), so that Dagster shows them written by the plan: the partitions its
-    shadow build rebuilt, which can be more than the plan's impact set (a daily model rebuilt
-    over whole weeks with the weekly one)."""
-    record = latest_plan_record(instance, plan_id) or {}
-    keys = set(recorded_published_keys(record))
-    if not keys:
-        return []
-    plan, _ = load_plan(instance, plan_id, allow_proposed=True)
-    rebuilt = record.get(PUBLISHED_PARTITIONS) or {}
-    out = []
-    for item in plan.impact:
-        if item.asset_key not in keys:
-            continue
-        parts: list[str | None]
-        if rebuilt.get(item.asset_key):
-            parts = [str(k) for k in rebuilt[item.asset_key]]
-        elif item.partitions != "all" and item.partitions:
-            parts = list(item.partitions)
-        else:
-            parts = [None]
-        out += [
-            dg.AssetMaterialization(
-                asset_key=dg.AssetKey.from_user_string(item.asset_key),
-                partition=p,
-                metadata={"action": f"published by {action}", "plan_id": plan_id},
-            )
-            for p in parts
-        ]
-    return out
 
 
 def _code_versions(instance: dg.DagsterInstance, plan: BackfillPlan) -> dict[str, Any]:
@@ -176,21 +143,13 @@ def _code_versions(instance: dg.DagsterInstance, plan: BackfillPlan) -> dict[str
     return {"in": versions(plan.shadow), "out": versions(plan.target)}
 
 
-def recorded_code_versions(
-    instance: dg.DagsterInstance, plan_id: str, side: str
-) -> dict[str, str | None]:
-    """The code versions the plan's swap recorded: "in" (what the swap put in the target), or
-    "out" (what it replaced, which a rollback puts back). Empty when none were recorded."""
-    rec = latest_plan_record(instance, plan_id) or {}
-    found = rec.get(CODE_VERSIONS)
-    side_versions = found.get(side) if isinstance(found, dict) else None
-    return dict(side_versions) if isinstance(side_versions, dict) else {}
-
-
 def perform_rollback(
     instance: dg.DagsterInstance, table: BackfillableTable, wh: Warehouse, plan_id: str
 ) -> SwapResult:
-    plan, status = load_plan(instance, plan_id)
+    """Put back what the plan's swap replaced. As the swap: the warehouse records it in the
+    rollback's transaction, then the instance is told; the caller logs the materializations
+    and `settle`s the record."""
+    plan, status = current_plan(instance, wh, plan_id)
     if status == PlanStatus.ROLLED_BACK:
         return SwapResult(plan_id, "already_rolled_back", {}, 0, 0.0)
     if status != PlanStatus.SWAPPED:
@@ -211,8 +170,11 @@ def release_backup(
     wh: Warehouse,
     plan_id: str,
 ) -> tuple[BackfillPlan, int]:
-    """Drop a swapped plan's backup (then it cannot be rolled back) and free its table."""
-    plan, status = load_plan(instance, plan_id)
+    """Drop a swapped plan's backup (then it cannot be rolled back) and free its table.
+
+    The status is the warehouse's: a plan the instance has as swapped but the warehouse as
+    rolled back (a process died between the two) is recorded rolled back, and refused."""
+    plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.SWAPPED:
         raise SwapRefused(
             f"plan {plan_id} is {status}; only a swapped plan has a backup to release"
@@ -220,6 +182,7 @@ def release_backup(
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
     dropped = wh.release_backup(table.spec, plan_id)
     record_status(instance, plan, PlanStatus.RELEASED, released_weeks=dropped)
+    settle(wh, plan_id, PlanStatus.RELEASED)
     return plan, dropped
 
 
@@ -231,11 +194,14 @@ def abandon_plan(
 ) -> tuple[str, int]:
     """Give up an approved (not swapped) plan: drop its shadow weeks and free the target.
 
-    A plan that holds a table in the warehouse but was never recorded as approved (an approval
-    cut short by a crash) is freed too. Returns the target and the shadow weeks dropped.
+    The warehouse decides, in the transaction that drops and frees: a plan it has as swapped is
+    refused whatever the instance says (roll it back or release it instead). A plan that holds
+    a table in the warehouse but was never recorded as approved (an approval cut short by a
+    crash, before the warehouse kept plans) is freed too. Returns the target and the shadow
+    weeks dropped.
     """
     try:
-        plan, status = load_plan(instance, plan_id, allow_proposed=True)
+        plan, status = current_plan(instance, wh, plan_id, allow_proposed=True)
     except ExecutionRefused:
         for name in tables:
             if wh.active_plan(name) == plan_id:
@@ -243,47 +209,17 @@ def abandon_plan(
                 return name, 0
         raise
     if status not in (PlanStatus.APPROVED, PlanStatus.PROPOSED):
+        hint = (
+            f"; roll it back (`backfill-assets rollback {plan_id}`) or release its backup "
+            f"(`backfill-assets release {plan_id}`) instead"
+            if status == PlanStatus.SWAPPED
+            else ""
+        )
         raise SwapRefused(
-            f"plan {plan_id} is {status}; only an approved, unswapped plan can be abandoned"
+            f"plan {plan_id} is {status}; only an approved, unswapped plan can be abandoned{hint}"
         )
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
-    held = wh.active_plan(table.key) == plan_id
-    dropped = wh.drop_shadow(table.spec, plan_id=plan_id) if held else 0
+    dropped = wh.abandon(table.spec, plan_id)
     record_status(instance, plan, PlanStatus.ABANDONED, dropped_shadow_weeks=dropped, driving=False)
+    settle(wh, plan_id, PlanStatus.ABANDONED)
     return table.key, dropped
-
-
-def swap_materializations(
-    table: BackfillableTable,
-    result: SwapResult,
-    action: str,
-    table_rows: int | None = None,
-    code_versions: Mapping[str, str | None] | None = None,
-) -> list[dg.AssetMaterialization]:
-    """One materialization of the target per swapped partition, with rows and checksums, and
-    the whole table's rows after it (`table_rows`) as Dagster's `dagster/row_count`. Each
-    carries the code version that built the rows it put in (`code_versions`, by partition) as
-    Dagster's `dagster/code_version`, as a run of the target would."""
-    versions = code_versions or {}
-    return [
-        dg.AssetMaterialization(
-            asset_key=table.key,
-            partition=day.isoformat(),
-            tags=(
-                {CODE_VERSION_TAG: str(versions[day.isoformat()])}
-                if versions.get(day.isoformat()) is not None
-                else None
-            ),
-            metadata={
-                "action": action,
-                "plan_id": result.plan_id,
-                "dagster/partition_row_count": info.rows_in,
-                **({"dagster/row_count": table_rows} if table_rows is not None else {}),
-                "rows_in": info.rows_in,
-                "rows_out": info.rows_out,
-                "checksum_in": info.checksum_in,
-                "checksum_out": info.checksum_out,
-            },
-        )
-        for day, info in sorted(result.partitions.items())
-    ]

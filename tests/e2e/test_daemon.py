@@ -47,10 +47,11 @@ from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
+from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.batch_driver import start_plan
 from backfill_assets.service.guards import writer_runs_in_progress
 from backfill_assets.service.planner import plan_backfill
-from backfill_assets.service.plans import approve_plan, plan_statuses
+from backfill_assets.service.plans import plan_statuses
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.swap import abandon_plan, release_backup
 from tests.helpers import poll
@@ -306,6 +307,16 @@ query($selector: SensorSelector!) {
 
 STOP_SENSOR = """
 mutation($id: String!) { stopSensor(id: $id) { __typename } }
+"""
+
+REPORT_EVENT = """
+mutation($eventParams: ReportRunlessAssetEventsParams!) {
+  reportRunlessAssetEvents(eventParams: $eventParams) {
+    __typename
+    ... on PythonError { message }
+    ... on UnauthorizedError { message }
+  }
+}
 """
 
 LAUNCH_RUN = """
@@ -688,6 +699,19 @@ def test_a_plan_driven_by_the_daemon_and_the_cli_never_act_at_once(dev):
     swapped = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="60")
     assert swapped.returncode == 0, swapped.stderr
     assert quiet_checksums(dev, plan.start, plan.end) == validated
+    # The UI's "Report materialization event" on the swapped plan's partition of
+    # backfill_plans. Regression: it replaced the plan's record; every command then lost the
+    # plan, and its rollback was refused ("not approved in this Dagster instance").
+    params = {
+        "eventType": "ASSET_MATERIALIZATION",
+        "assetKey": {"path": ["backfill_plans"]},
+        "partitionKeys": [plan.plan_id],
+        "description": "reported from the UI",
+    }
+    reported = dev.graphql(REPORT_EVENT, {"eventParams": params})["reportRunlessAssetEvents"]
+    assert reported["__typename"] == "ReportRunlessAssetEventsSuccess", reported
+    status = cli(dev, "status", plan.plan_id)
+    assert status.returncode == 0 and ": swapped" in status.stdout.splitlines()[0], status.stderr
     rolled = cli(dev, "rollback", plan.plan_id, "--no-refresh", timeout_s="60")
     assert rolled.returncode == 0, rolled.stderr
     assert quiet_checksums(dev, plan.start, plan.end) == before

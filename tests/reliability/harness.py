@@ -37,6 +37,9 @@ class Figures:
     bad_inputs_tried: int = 0
     rows_lost: int = 0
     losses: list[str] = field(default_factory=list)
+    # Commands run after a crash between the warehouse and the instance, or after a plan's
+    # record was erased, each checked to tell the truth (test_state_of_record.py).
+    record_cases: int = 0
 
 
 FIGURES = Figures()
@@ -51,6 +54,12 @@ def fault(n: int = 1) -> None:
 def bad_input(n: int = 1) -> None:
     """Count `n` bad inputs tried."""
     FIGURES.bad_inputs_tried += n
+
+
+def record_case(n: int = 1) -> None:
+    """Count `n` commands checked against the state of record after a crash or an erased
+    record."""
+    FIGURES.record_cases += n
 
 
 def _rows(checksum: str | None) -> int:

@@ -480,3 +480,99 @@ def test_output_into_a_closed_pipe_is_no_traceback_and_the_command_completes(env
     assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
     assert done.stdout.strip().endswith("exit=0"), done.stdout
     assert state(env.instance, env.path) == before
+
+
+@pytest.mark.parametrize(
+    ("dates", "needle"),
+    [
+        (("0001-01-01", "2026-01-10"), "before the first partition"),
+        (("2026-01-05", "9999-12-31"), "has not landed yet"),
+        (("0001-01-01", "9999-12-31"), "before the first partition"),
+    ],
+)
+def test_plan_refuses_dates_at_the_ends_of_the_calendar(env, capsys, dates, needle):
+    # Regression: an OverflowError traceback with exit 1 (reserved for a failed gate).
+    start, end = dates
+    refused(env, capsys, ["plan", "orders_daily", "--start", start, "--end", end, *PLAN_ARGS],
+            needle)  # fmt: skip
+
+
+def test_plan_refuses_an_empty_timezone(env, capsys):
+    # Regression: `--timezone ""` was silently taken as UTC.
+    args = [*PLAN_ARGS]
+    args[args.index("--timezone") + 1] = ""
+    refused(env, capsys, ["plan", "orders_daily", "--start", "2026-01-05", "--end",
+                          "2026-01-10", *args], "--timezone is empty")  # fmt: skip
+
+
+def _read_only_folder(path: Path) -> Path:
+    """An empty folder on a read-only tmpfs (the tests run as root, who writes anything else)."""
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(path)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, f"mounting a tmpfs needs root: {done.stderr}"
+    return path
+
+
+@pytest.fixture
+def read_only(tmp_path: Path) -> Iterator[Path]:
+    folder = _read_only_folder(tmp_path / "read_only")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=False)
+
+
+def test_plan_refuses_an_out_path_it_could_not_write(env, capsys, tmp_path, read_only):
+    # Regression: a traceback with exit 1, after planning, for each of these.
+    plan = ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-10", *PLAN_ARGS]
+    refused(env, capsys, [*plan, "--out", str(tmp_path / "missing" / "p.json")], "does not exist")
+    refused(env, capsys, [*plan, "--out", str(tmp_path)], "is a folder")
+    refused(env, capsys, [*plan, "--out", str(read_only / "p.json")], "cannot be written")
+
+
+EVERY_COMMAND = [
+    ["plan", "orders_daily", "--start", "2026-01-05", "--end", "2026-01-10", *PLAN_ARGS],
+    ["approve", "p0000000000"],
+    ["run", "p0000000000"],
+    ["start", "p0000000000"],
+    ["pause", "p0000000000"],
+    ["status", "p0000000000"],
+    ["list"],
+    ["swap", "p0000000000"],
+    ["rollback", "p0000000000"],
+    ["release", "p0000000000"],
+    ["abandon", "p0000000000"],
+    ["doctor"],
+]
+
+
+@pytest.mark.parametrize("case", ["unset", "missing", "relative", "read_only"])
+def test_every_command_refuses_a_dagster_home_it_cannot_use(
+    env, capsys, monkeypatch, tmp_path, case
+):
+    # Regression: a traceback with exit 1 from Dagster, for every command.
+    needle = {
+        "unset": "DAGSTER_HOME is not set",
+        "missing": "does not exist",
+        "relative": "relative path",
+        "read_only": "cannot be written",
+    }[case]
+    if case == "unset":
+        monkeypatch.delenv("DAGSTER_HOME")
+    elif case == "missing":
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "no_such_home"))
+    elif case == "relative":
+        monkeypatch.setenv("DAGSTER_HOME", "dagster_home")
+    else:
+        home = _read_only_folder(tmp_path / "read_only_home")
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+    try:
+        for args in EVERY_COMMAND:
+            refused(env, capsys, args, needle)
+    finally:
+        if case == "read_only":
+            subprocess.run(["umount", str(tmp_path / "read_only_home")], check=False)

@@ -13,7 +13,8 @@ from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-from backfill_assets.service.plans import approve_plan, load_plan
+from backfill_assets.service.approval import approve_plan
+from backfill_assets.service.plans import load_plan
 from backfill_assets.service.swap import abandon_plan
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.reliability.harness import Child, bad_input, expect_target, fault, fingerprint, state

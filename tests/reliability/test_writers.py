@@ -560,7 +560,7 @@ def test_doctor_reports_a_run_queue_without_the_per_table_writer_limit(instance,
 def test_approving_the_same_plan_twice_is_idempotent_and_a_claim_left_by_a_crash_is_freed(
     defs, instance, history
 ):
-    from backfill_assets.service.plans import approve_plan
+    from backfill_assets.service.approval import approve_plan
 
     plan = make_plan(defs, instance, history, START, END)
     assert approve_plan(instance, history, ORDERS, plan, "again") == PlanStatus.APPROVED
@@ -579,3 +579,98 @@ def test_approving_the_same_plan_twice_is_idempotent_and_a_claim_left_by_a_crash
     )
     assert approve_plan(instance, history, ORDERS, other, "tests") == PlanStatus.APPROVED
     assert json.loads(other.to_json())["plan_id"] == other.plan_id
+
+
+def test_a_pid_reused_by_a_later_process_does_not_keep_a_dead_holders_lease(
+    instance, tmp_path, capsys
+):
+    """Regression: liveness was the host and `os.kill(pid, 0)`. After a restart, a process that
+    carried the dead holder's pid kept the lease held forever: `status` said held, `doctor
+    --repair` did nothing, and every writer waited out its timeout."""
+    from backfill_assets.constants import HOST_TAG, PID_TAG, PROCESS_TAG
+    from backfill_assets.lib.warehouse.base import LeaseHolder
+    from backfill_assets.service.doctor import diagnose
+    from backfill_assets.service.lease import (
+        acquire_writer,
+        gone_reason,
+        holder_for_command,
+        process_start,
+        this_host,
+    )
+
+    wh = DuckDBWarehouse(tmp_path / "warehouse.duckdb", lock_timeout_s=2)
+    # A live process that carries the pid now; the holder that claimed with that pid started
+    # at another time (the start ticks of the process that died).
+    carrier = subprocess.Popen(["sleep", "300"])
+    try:
+        now_there = process_start(carrier.pid)
+        boot, ticks = now_there.rsplit(":", 1)
+        dead_start = f"{boot}:{int(ticks) - 1}"
+        run_id = "0ddba11-dead-run-0000-000000000000"
+        tags = {PID_TAG: str(carrier.pid), HOST_TAG: this_host(), PROCESS_TAG: dead_start}
+        instance.add_run(
+            dg.DagsterRun(
+                job_name=ORDERS.daily_job,
+                run_id=run_id,
+                status=dg.DagsterRunStatus.STARTED,
+                tags=tags,
+            )
+        )
+        dead = LeaseHolder(run_id, role="daily", job_name=ORDERS.daily_job, host=this_host(),
+                           pid=carrier.pid, process=dead_start)  # fmt: skip
+        assert wh.claim_writer(ORDERS.key, dead).holder_id == run_id
+        fault()
+        # The process with the pid is alive, but it is not the holder.
+        assert gone_reason(instance, wh.writer(ORDERS.key), reap=False) is not None  # type: ignore[arg-type]
+        findings = diagnose(instance, wh, {ORDERS.key: ORDERS}, repair=False)
+        assert any(f.check == "leases" and "is gone" in f.problem for f in findings), findings
+        assert any(f.check == "runs" and run_id[:8] in f.problem for f in findings), findings
+        diagnose(instance, wh, {ORDERS.key: ORDERS}, repair=True)
+        assert wh.writer(ORDERS.key) is None
+        run = instance.get_run_by_id(run_id)
+        assert run is not None and run.status == dg.DagsterRunStatus.FAILURE  # reaped
+        # A holder that is alive and is who it says keeps its lease.
+        live = holder_for_command("swap")
+        t0 = time.monotonic()
+        acquire_writer(instance, wh, ORDERS.key, live, wait_s=5)
+        assert time.monotonic() - t0 < 2
+        assert gone_reason(instance, wh.writer(ORDERS.key), reap=False) is None  # type: ignore[arg-type]
+    finally:
+        carrier.kill()
+        carrier.wait()
+
+
+def test_two_runs_of_one_plan_waiting_for_the_table_never_run_a_batch_twice(
+    defs, instance, history, warehouse_path, tmp_path
+):
+    """Regression: two `run`s of one plan started while the daily run held the table both
+    waited, then both ran batch 1 (no overlap, no harm to data, but the work and the record
+    doubled). One runner per plan: the second is refused at once."""
+    from backfill_assets.service.lease import holder_for_command
+
+    plan = make_plan(defs, instance, history, START, END)
+    daily = holder_for_command("daily")  # the daily run holds the table's writer lease
+    assert history.claim_writer(ORDERS.key, daily).holder_id == daily.holder_id
+    env = _env(instance, warehouse_path, **{LOCK_TIMEOUT_ENV: "120"})
+    command = [str(BIN / "backfill-assets"), "run", plan.plan_id, "--ignore-window"]
+    procs = [
+        subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        refused = [p for p in procs if p.poll() is not None]
+        assert len(refused) == 1, "neither run was refused while the other waited"
+        err = refused[0].stderr.read() if refused[0].stderr else ""
+        assert refused[0].returncode == 2, err[-2000:]
+        assert f"plan {plan.plan_id} is already being run by process" in err
+    finally:
+        history.release_writer(ORDERS.key, daily.holder_id)  # the daily run ends
+    (other,) = [p for p in procs if p is not refused[0]]
+    assert other.wait(timeout=600) == 0, (other.stderr.read() if other.stderr else "")[-2000:]
+    runs = instance.get_run_records(dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))
+    by_batch = sorted(r.dagster_run.tags[BATCH_TAG] for r in runs)
+    assert by_batch == ["1", "2"]  # each batch ran once

@@ -31,9 +31,9 @@ from backfill_assets.example.seed import land_days, write_history
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.executor import execute_plan
 from backfill_assets.service.planner import plan_backfill
-from backfill_assets.service.plans import approve_plan
 
 # The `dagster dev` helpers of the daemon end-to-end tests, shared rather than copied.
 from tests.e2e.test_daemon import Dev, defs, dev_server, window_around
