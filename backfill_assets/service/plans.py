@@ -1,12 +1,12 @@
-"""Plans live in the Dagster instance: one dynamic partition of the `backfill_plans` asset per plan
+"""The instance's record of plans: one dynamic partition of the `backfill_plans` asset per plan
 id, whose latest materialization carries the plan JSON, its Markdown and its status.
 
-Keeping them in the instance (not in local files or the warehouse) lets the daemon's sensors read
-them without opening the warehouse, and works the same on Postgres storage and Kubernetes. A plan
-file alone launches nothing: approving is the explicit step that records it here.
-
-Which plan holds a table is decided in the warehouse (`Warehouse.claim_plan`, a compare-and-set),
-so two approvals racing for one table cannot both win; the instance records the outcome.
+It is what users see in the UI and what the daemon's sensors read (they never open the
+warehouse), and it works the same on Postgres storage and Kubernetes. It is not the state of
+record of an approved plan: the warehouse is (lib/warehouse/records.py), and service.reconcile
+tells this record what it missed. A proposed plan lives here only: a plan file alone launches
+nothing, and approving is the explicit step that claims the table in the warehouse
+(service.approval).
 """
 
 from __future__ import annotations
