@@ -21,7 +21,7 @@ import pytest
 
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("BACKFILL_ASSETS_DBT_PROJECT", str(REPO / "dbt_project"))

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "tests" / "fixture_project"

@@ -20,8 +20,8 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 from backfill_assets.lib.warehouse.base import Companion, companion_backup
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 
 SPEC = ORDERS.spec
 D = dt.date

@@ -14,7 +14,7 @@ from backfill_assets import WarehouseResource, backfill_definitions
 from backfill_assets.errors import InvalidInput
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.warehouse.connect import open_warehouse
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 
 D = dt.date
 

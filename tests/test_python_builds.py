@@ -14,7 +14,7 @@ import pytest
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.frames import check_frame
 from backfill_assets.lib.spec import Column, TableSpec
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from tests.reliability.harness import fingerprint
 
 SPEC = TableSpec(

@@ -11,7 +11,7 @@ from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.gates import evaluate_gates
 from backfill_assets.lib.spec import Column, TableSpec
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 

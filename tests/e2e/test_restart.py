@@ -19,7 +19,7 @@ import pytest
 from backfill_assets.constants import BATCH_TAG, PID_TAG, REAPED_TAG
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.batch_driver import start_plan
 from tests.e2e.test_daemon import (

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 
 from backfill_assets.lib.warehouse.connect import open_warehouse
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from tests.helpers import poll
 
 

@@ -29,7 +29,7 @@ from backfill_assets.example.cli import main as example_main
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.plan import BackfillPlan, compute_plan_id, rollback_command
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 from backfill_assets.service.runs import run_job
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan

@@ -12,7 +12,7 @@ from backfill_assets.errors import ExecutionRefused, WarehouseError
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.plans import load_plan
 from backfill_assets.service.swap import abandon_plan

@@ -26,7 +26,7 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.lib.states import PlanStatus
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.plans import load_plan
 from backfill_assets.service.swap import perform_rollback, perform_swap
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
@@ -49,7 +49,7 @@ CHILD_EXECUTE = """
 import datetime as dt, os, time
 import dagster as dg
 from backfill_assets.example.definitions import example_definitions
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.executor import execute_plan
 from backfill_assets.service.tables import backfill_tables
 from tests.reliability.faults import install
@@ -82,7 +82,7 @@ print("finished", flush=True)
 CHILD_SWAP = """
 import datetime as dt, os, time
 from backfill_assets.example.declaration import ORDERS
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from tests.reliability.faults import install
 
 wh = DuckDBWarehouse(os.environ["WAREHOUSE"])
@@ -109,7 +109,7 @@ CHILD_DAILY_WRITE = """
 import datetime as dt, os, time
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from tests.reliability.faults import install
 
 wh = DuckDBWarehouse(os.environ["WAREHOUSE"])

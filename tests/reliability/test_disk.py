@@ -20,7 +20,7 @@ import pytest
 
 from backfill_assets.errors import WarehouseError
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.swap import perform_rollback, perform_swap
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.helpers import execute

@@ -53,7 +53,7 @@ from backfill_assets.service.lease import holder_for_command, writer_lease
 
 url = os.environ["WAREHOUSE"]
 if url.startswith("postgresql"):
-    from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+    from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 
     wh = PostgresWarehouse(url, lock_timeout_s=120, swap_lock_wait_s=60)
 else:

@@ -23,7 +23,7 @@ from backfill_assets.errors import WarehouseError
 from backfill_assets.example import orders as o
 from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 from backfill_assets.lib.warehouse.connect import open_warehouse
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from backfill_assets.service.lease import holder_for_command
 from tests.reliability.harness import SPEC, Child, after_swap, expect_target, fault
 from tests.reliability.pg_sessions import backend_alive, session, wait_until, waiting_backends
@@ -102,7 +102,7 @@ def test_readers_during_swaps_and_rollbacks_see_all_old_or_all_new_never_a_mix(p
 CHILD_SWAP = """
 import os
 from backfill_assets.example.declaration import ORDERS
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 import datetime as dt
 
 wh = PostgresWarehouse(os.environ["URL"], lock_timeout_s=120, swap_lock_wait_s=60)

@@ -27,7 +27,7 @@ from backfill_assets.lib.dates import parse_day
 from backfill_assets.lib.planning.criteria import load_criteria_yaml
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.runs import run_job
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY, make_plan
 from tests.helpers import refused_message

@@ -35,7 +35,7 @@ from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, WAREHOUSE_ENV
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.plans import load_plan
 from tests.conftest import HISTORY_END, HISTORY_START, make_plan
 from tests.helpers import execute
@@ -226,7 +226,7 @@ def _wait_for_child_process(parent: int, marker: str, timeout: float = 120.0) ->
 
 CHILD_HOLD_LEASE = """
 import os, sys
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.lease import holder_for_command
 
 wh = DuckDBWarehouse(os.environ["BACKFILL_ASSETS_WAREHOUSE"])

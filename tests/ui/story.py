@@ -30,7 +30,7 @@ from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days, write_history
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.plan import BackfillPlan
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.executor import execute_plan
 from backfill_assets.service.planner import plan_backfill

@@ -440,7 +440,7 @@ class Warehouse(Protocol):
 
     def swap_moves(self, table: str, plan_id: str) -> dict[dt.date, PartitionMove]: ...
 
-    # -- the state of record of each plan (lib/warehouse/records.py) ------------------------
+    # -- the state of record of each plan (lib/warehouse/shared/records.py) ------------------------
 
     def plan_record(self, plan_id: str) -> PlanRecord | None: ...
 

@@ -41,7 +41,7 @@ def open_warehouse(url: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> 
         )
     if is_postgres_url(url):
         try:
-            from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+            from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
         except ImportError as e:
             raise InvalidInput(
                 f"{WAREHOUSE_ENV} names a PostgreSQL warehouse, but psycopg is not installed: "
@@ -53,6 +53,6 @@ def open_warehouse(url: str, lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S) -> 
             f"{WAREHOUSE_ENV}={url.split('://')[0]}://... is not supported: use a DuckDB file "
             "path or a postgresql:// URL"
         )
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 
     return DuckDBWarehouse(url, lock_timeout_s=lock_timeout_s)

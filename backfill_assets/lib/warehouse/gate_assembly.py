@@ -1,7 +1,7 @@
 """The adapter-independent half of the gates' inputs: from the rows of the set-based queries
 (shadow and target stats per partition, the joined sample) to `GateInputs`.
 
-Each adapter runs the same four queries in its own dialect (duckdb_gates, postgres_gates) and
+Each adapter runs the same four queries in its own dialect (duckdb/gates.py, postgres/gates.py) and
 hands their rows here, so both warehouses give the same outcomes for the same data.
 """
 

@@ -8,10 +8,8 @@ roll back, release or report a plan. The instance keeps its own record of each p
 UI shows); `recorded` says which status it was last told, and service.reconcile tells it what it
 missed.
 
-The SQL here is the same on every engine: `$name` parameters, no row locks (the callers hold
-the table's claim row, or the file, for the length of their transaction). An adapter mixes
-`PlanBook` in and provides its hooks (`_sql`, `_key_prefix`, `_meta_reader`,
-`_meta_transaction`).
+The statements run inside the callers' transactions, which hold the table's claim row (or the
+file) for their length.
 """
 
 from __future__ import annotations
@@ -19,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
 from typing import Any
 
 from backfill_assets.errors import ExecutionRefused
@@ -32,39 +29,22 @@ from backfill_assets.lib.warehouse.base import (
     plan_record_from_row,
 )
 from backfill_assets.lib.warehouse.identifiers import validate_ident
-
-META = "backfill_meta"
+from backfill_assets.lib.warehouse.shared.hooks import Hooks, M
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
 
 
-class PlanBook:
-    """The plans table, for an adapter that provides the three hooks below."""
-
-    # -- hooks ---------------------------------------------------------------------------------
-
-    _key_prefix: str = ""  # what the metadata's table keys start with (PostgreSQL: "schema.")
-
-    def _sql(self, con: Any, sql: str, params: Mapping[str, Any]) -> list[tuple]:
-        """Run one statement with `$name` parameters on `con`; every row it returns."""
-        raise NotImplementedError
-
-    def _meta_reader(self) -> AbstractContextManager[Any]:
-        """A read-only connection, or None when the warehouse has no metadata yet."""
-        raise NotImplementedError
-
-    def _meta_transaction(self) -> AbstractContextManager[Any]:
-        """A transaction whose metadata tables exist."""
-        raise NotImplementedError
+class PlanBook(Hooks):
+    """The plans table (`backfill_meta.plans`)."""
 
     # -- inside the adapter's transactions ---------------------------------------------------
 
     def _plan_row(self, con: Any, plan_id: str) -> PlanRecord | None:
         rows = self._sql(
             con,
-            f"SELECT {PLAN_COLUMNS} FROM {META}.plans WHERE plan_id = $p "
+            f"SELECT {PLAN_COLUMNS} FROM {M}.plans WHERE plan_id = $p "
             "AND starts_with(table_name, $k)",
             {"p": plan_id, "k": self._key_prefix},
         )
@@ -92,7 +72,7 @@ class PlanBook:
             return
         self._sql(
             con,
-            f"INSERT INTO {META}.plans ({PLAN_COLUMNS}) VALUES ($p, $t, $s, $j, $b, '{{}}', $now, "
+            f"INSERT INTO {M}.plans ({PLAN_COLUMNS}) VALUES ($p, $t, $s, $j, $b, '{{}}', $now, "
             "NULL)",
             {
                 "p": plan_id,
@@ -121,7 +101,7 @@ class PlanBook:
         merged = {**rec.details, **(details or {})}
         self._sql(
             con,
-            f"UPDATE {META}.plans SET status = $s, details = $d, changed_at = $now "
+            f"UPDATE {M}.plans SET status = $s, details = $d, changed_at = $now "
             "WHERE plan_id = $p AND table_name = $t",
             {
                 "s": status,
@@ -137,18 +117,18 @@ class PlanBook:
     def plan_record(self, plan_id: str) -> PlanRecord | None:
         """The warehouse's record of a plan, or None (never approved here)."""
         validate_ident(plan_id, "plan id")
-        with self._meta_reader() as con:
+        with self._meta_reader("plans") as con:
             return None if con is None else self._plan_row(con, plan_id)
 
     def plan_records(self, *, untold: bool = False) -> list[PlanRecord]:
         """Every plan the warehouse keeps (`untold`: those whose status the Dagster instance
         was not told yet), oldest change first."""
-        with self._meta_reader() as con:
+        with self._meta_reader("plans") as con:
             if con is None:
                 return []
             rows = self._sql(
                 con,
-                f"SELECT {PLAN_COLUMNS} FROM {META}.plans WHERE starts_with(table_name, $k)"
+                f"SELECT {PLAN_COLUMNS} FROM {M}.plans WHERE starts_with(table_name, $k)"
                 + (" AND (recorded IS NULL OR recorded <> status)" if untold else "")
                 + " ORDER BY changed_at, plan_id",
                 {"k": self._key_prefix},
@@ -161,7 +141,7 @@ class PlanBook:
         with self._meta_transaction() as con:
             self._sql(
                 con,
-                f"UPDATE {META}.plans SET recorded = $s WHERE plan_id = $p AND status = $s "
+                f"UPDATE {M}.plans SET recorded = $s WHERE plan_id = $p AND status = $s "
                 "AND starts_with(table_name, $k)",
                 {"s": status, "p": plan_id, "k": self._key_prefix},
             )

@@ -27,11 +27,8 @@ from backfill_assets.constants import METADATA_SCHEMA
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
-from backfill_assets.lib.warehouse.duckdb_adapter import (
-    fingerprint_of,
-    fingerprint_sql,
-    week_union,
-)
+from backfill_assets.lib.warehouse.duckdb.layout import week_union
+from backfill_assets.lib.warehouse.duckdb.meta import fingerprint_of, fingerprint_sql
 from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
 from backfill_assets.lib.warehouse.predicates import render_predicate

@@ -1,9 +1,9 @@
-"""Everything the gates of one batch need from PostgreSQL: the queries of duckdb_gates, in
+"""Everything the gates of one batch need from PostgreSQL: the queries of DuckDB's gates, in
 PostgreSQL's dialect, side by side on five connections; `gate_assembly` turns their rows into
 `GateInputs`.
 
-Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, about
-twice as fast as hashing the row's text. A key is sampled when the hash of (key, day), seeded by
+Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, faster
+than hashing the row's text. A key is sampled when the hash of (key, day), seeded by
 the plan, mapped to [0, 1), falls below n/rows of its partition: reproducible, about n per
 partition, without sorting the week. The rows per partition are those the shadow write recorded,
 so no query waits for another; the sample reads the target only at the sampled keys.
@@ -20,17 +20,12 @@ from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
 from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
+from backfill_assets.lib.warehouse.postgres.connection import M, _x
+from backfill_assets.lib.warehouse.postgres.meta import base_type, hashable
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
 if TYPE_CHECKING:
-    from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
-
-from backfill_assets.lib.warehouse.postgres_adapter import (
-    METADATA_SCHEMA,
-    _x,
-    base_type,
-    hashable,
-)
+    from backfill_assets.lib.warehouse.postgres.layout import PostgresLayout
 
 _TWO_63 = "9223372036854775808.0"
 _TWO_64 = "18446744073709551616.0"
@@ -60,7 +55,7 @@ def _pg(sql: str) -> str:
 
 
 def gate_inputs(
-    wh: PostgresWarehouse,
+    wh: PostgresLayout,
     spec: TableSpec,
     start: dt.date,
     end: dt.date,
@@ -121,7 +116,7 @@ def gate_inputs(
     key_hash = _key_hash(spec, pc)
     sample_sql = (
         f"WITH c AS (SELECT partition_date AS __day, least(1.0, %(n)s::float8 / "
-        f"greatest(row_count, 1)) AS __share FROM {METADATA_SCHEMA}.shadow_log "
+        f"greatest(row_count, 1)) AS __share FROM {M}.shadow_log "
         "WHERE table_name = %(t)s AND plan_id = %(plan)s "
         "AND partition_date >= %(s)s AND partition_date < %(e)s), "
         f"s AS (SELECT x.*{ok_cols} FROM {shadow} x JOIN c ON x.{pc} = c.__day "
