@@ -74,8 +74,8 @@ def backfill_in_weeks(
     wh: Warehouse, start: dt.date, end: dt.date, plan_id: str = PLAN_ID, *, session: bool = True
 ) -> dict[str, Any]:
     """Shadow write + gates per ISO week of [start, end), then one swap of every day.
-    `session=False`: the write and the gates each open the warehouse (before 2026-12-01; for
-    `bench.experiments.session_gain`)."""
+    `session=False`: the write and the gates each open the warehouse, as they did before the
+    session (for `bench.experiments.session_gain`)."""
     wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
     write_s = gates_s = 0.0
     batches = 0

@@ -4,9 +4,9 @@ behind docs/architecture.md ("Readers and the layout"), not a measure of `make b
     python -m bench.experiments.layout_options [--workdir DIR]
 
 18.3M synthetic orders (10k a day, 261 ISO weeks) in one DuckDB file, three ways: a plain
-table in date order; a view over one table per ISO week (the target's layout until
-2026-12-02); and a view over
-one table per closed ISO year plus the last 52 weeks as week tables (closed years compacted).
+table in date order; a view over one table per ISO week (the target's earlier layout); and a
+view over one table per closed ISO year plus the last 52 weeks as week tables (closed years
+compacted).
 Four queries, each timed 15 times after one untimed run, medians: one recent day's count, one
 old day's count, the last 90 days' revenue by day, a full-scan aggregate.
 """

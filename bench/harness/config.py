@@ -1,7 +1,7 @@
 """Sizes and the run context shared by every measure.
 
 Sizes are parameters, not constants scattered through the measures: `small` is the smoke test
-(well under a minute), `default` the real measurement (a few minutes on 2 cores).
+(it checks the harness, not the numbers), `default` the real measurement.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Size:
     # planning: assets in the synthetic graph (the range is always 5 years of days).
     planning_assets: int = 10_000
     # postgres: orders per day of the backfilled range (the same `days` as safety_overhead; raw
-    # rows land through the example's loader, ~50k rows/s here, so fewer than DuckDB's), of the
+    # rows land through the example's loader, slower than DuckDB's, so fewer of them), of the
     # swapped range (`swap_weeks`, with `swap_history_factors`), and of the reader comparison's
     # history: `pg_reader_weeks` ISO weeks (261 = 5 years) in the partitioned target and in a
     # plain table, each query shape timed `pg_query_reps` times per table and round.

@@ -61,10 +61,10 @@ _ROW_HASH = "hashtextextended((ROW({cols}))::text, 0)::numeric"
 # Set on the measure's own throwaway server. A background vacuum or analyze landing inside one
 # contender's timing and not another's is noise; tables are vacuumed and analyzed explicitly
 # once they are loaded.
-# JIT off: PostgreSQL compiles each partition's scan of a query over many partitions, which
-# cost a full scan of the 261-week target 1.6 s of JIT for a 0.8 s query; docs/deploy.md
-# advises `jit = off` for a database with partitioned targets, and the reader measure reports the
-# full scan with JIT on as well.
+# JIT off: PostgreSQL compiles each partition's scan of a query over many partitions, which can
+# take longer than the query itself on a target of years of weeks; docs/deploy.md advises
+# `jit = off` for a database with partitioned targets, and the reader measure reports the full
+# scan with JIT on as well.
 SERVER_SETTINGS = (("autovacuum", "off"), ("jit", "off"))
 # What shapes the timings, recorded with the results.
 RECORDED_SETTINGS = (

@@ -9,7 +9,7 @@ holding `dbt_history_days` days of `orders_daily` and its marts, and an executed
 - `shadow build`: what the swap runs before it publishes (`build_in_shadow`): the overlay view,
   copies of the incremental models, one `dbt build` in shadow with its tests, the overlay
   dropped. Its shadow tables are then dropped, untimed (one such build, untimed, comes before
-  the rounds: the first one after the seed paid about 1.4 s more);
+  the rounds: the first one after the seed pays one-off costs the later ones do not);
 - `single dbt build`: `dbt build --select <the same models> --vars <the same window>` on the
   live models, as one would rebuild them by hand;
 - `per grain`: one `dbt build` per grain, each with its grain's own window, upstream grains

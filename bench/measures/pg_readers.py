@@ -138,9 +138,9 @@ def run(ctx: BenchContext, pg: PgServer) -> dict[str, Any]:
     parameter_sets = reader_shapes.parameter_sets(
         SHAPES, facts, size.pg_reader_rows_per_day, size.pg_query_reps
     )
-    # The JIT shape runs in a session of its own: the self-join timed right after it in the
-    # same session took 21.6 instead of 13.5 ms on the target (its parallel plan), which made
-    # that shape's ratio 1.21 in one run and 1.07 in another.
+    # The JIT shape runs in a session of its own: in the same session, the self-join timed right
+    # after it ran slower on the target (its parallel plan), and that shape's ratio changed from
+    # one run to the next.
     with (
         psycopg.connect(url, autocommit=True, prepare_threshold=None) as con,
         psycopg.connect(url, autocommit=True, prepare_threshold=None) as jit_con,

@@ -99,8 +99,8 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     plan = None
     down: Any = ()
     # One untimed plan on a small graph first: the first plan in a process pays one-off costs
-    # (the example's declaration imported, Dagster's and Python's caches warmed: ~2x at small
-    # size), so round 1 would not be comparable with the others and the rounds could never agree.
+    # (the example's declaration imported, Dagster's and Python's caches warmed), so round 1
+    # would not be comparable with the others and the rounds could never agree.
     _plan(synthetic_graph(50))
     for rnd in range(max(3, ctx.repeats)):
         with ctx.load.span() as span:
