@@ -44,7 +44,7 @@ dev: setup
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 bench: setup postgres
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench
 
 ## Headless Chromium for the browser tests (Debian's package; `playwright install` cannot work here).
 browser:

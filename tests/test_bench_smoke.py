@@ -17,10 +17,10 @@ from typing import Any
 import duckdb
 import pytest
 
-from bench import plain
-from bench.contender_backfill_assets import instance_yaml
-from bench.load import NO_VERDICT, agreement, all_noisy, kept
-from bench.measure import goal
+from bench.contenders.backfill_assets import instance_yaml
+from bench.harness import plain
+from bench.harness.load import NO_VERDICT, agreement, all_noisy, kept
+from bench.harness.measure import goal
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURES = (
@@ -64,7 +64,7 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
         [
             sys.executable,
             "-m",
-            "bench.run",
+            "bench",
             "--size",
             "small",
             "--repeats",

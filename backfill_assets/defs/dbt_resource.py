@@ -8,7 +8,7 @@ dagster-dbt's `DbtCliResource.cli()` does two things besides starting the dbt su
 - it runs `dbt --version` once per resource object, which Dagster builds once per run: a
   second dbt start-up, about 2 s here.
 
-Measured on this machine (`python -m bench.dbt_resource_gain`, README, "dbt models
+Measured on this machine (`python -m bench.experiments.dbt_resource_gain`, README, "dbt models
 downstream"): one `dbt build` through a new resource object, as a run has, took 10.2-10.4 s
 with dagster-dbt's resource and 6.9-8.3 s with this one, in two runs.
 

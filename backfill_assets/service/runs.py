@@ -78,9 +78,9 @@ def hold_connections(instance: dg.DagsterInstance) -> None:
     Dagster's PostgreSQL storage otherwise opens a new server connection, a new server process,
     for every read and write: several per event, and a batch run stores about 54 events. On a
     local server a batch of 500 orders a day took 0.97 s that way and 0.41 s holding them
-    (`python -m bench.profile_dagster_path --storage postgres [--hold]`). Dagster's SQLite
-    storage has no such setting, and this changes nothing there. Calling it again for the same
-    instance does nothing."""
+    (`python -m bench.experiments.profile_dagster_path --storage postgres [--hold]`). Dagster's
+    SQLite storage has no such setting, and this changes nothing there. Calling it again for the
+    same instance does nothing."""
     if instance in _HOLDING:
         return
     instance.optimize_for_webserver(

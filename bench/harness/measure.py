@@ -1,0 +1,101 @@
+"""Parent-side helpers: launch a contender subprocess, medians, ratios, goals."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.harness.config import PYTHON, REPO_DIR
+from bench.harness.contenders import RESULT_PREFIX
+from bench.harness.load import NO_VERDICT
+
+CONTENDER_TIMEOUT_S = 1800
+
+
+class BenchError(RuntimeError):
+    """A contender or a measure did not do what the bench expects (not a slow result)."""
+
+
+def run_contender(
+    name: str, db: Path | str, start: dt.date, end: dt.date, log_dir: Path
+) -> dict[str, Any]:
+    """Run one contender in a fresh interpreter; return its result plus the parent's view.
+    `db` is a DuckDB file, or a PostgreSQL URL for the `_pg` contenders.
+
+    `process_s` is the whole subprocess as the parent saw it (interpreter start included);
+    `wall_s` is measured inside the child from before its contender imports to the end.
+    """
+    log = log_dir / f"{name}.log"
+    cmd = [
+        PYTHON,
+        "-m",
+        "bench.harness.contenders",
+        name,
+        "--db",
+        str(db),
+        "--start",
+        start.isoformat(),
+        "--end",
+        end.isoformat(),
+    ]
+    t0 = time.perf_counter()
+    with log.open("a") as err:
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO_DIR,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=CONTENDER_TIMEOUT_S,
+            check=False,
+        )
+    process_s = time.perf_counter() - t0
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(log.read_text().splitlines()[-30:])
+        raise BenchError(f"contender {name} failed (exit {proc.returncode}); log {log}:\n{tail}")
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
+    result["process_s"] = process_s
+    if result["status"] == "ok":
+        kb = max(result["peak_rss_self_kb"], result["peak_rss_children_kb"])
+        result["peak_rss_mb"] = kb / 1024
+    return result
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def goal(
+    name: str,
+    value: float,
+    limit: float,
+    *,
+    op: str = "<=",
+    unit: str = "",
+    no_verdict: bool = False,
+) -> dict:
+    """One goal, met or missed, with the numbers that decided it. `no_verdict`: every round
+    behind `value` was noisy, so it decides nothing (`met` is None; the value is still shown)."""
+    out = {"goal": f"{name} {op} {limit:g}{unit}", "value": round(value, 4)}
+    if no_verdict:
+        return {**out, "met": None, "verdict": NO_VERDICT}
+    met = {"<=": value <= limit, "<": value < limit, ">=": value >= limit}[op]
+    return {**out, "met": bool(met)}
+
+
+def rounded(obj: Any, digits: int = 4) -> Any:
+    """Round floats in nested results so the JSON stays readable."""
+    if isinstance(obj, float):
+        return round(obj, digits)
+    if isinstance(obj, dict):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [rounded(v, digits) for v in obj]
+    return obj
