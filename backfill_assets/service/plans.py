@@ -4,9 +4,9 @@ id, whose latest materialization carries the plan JSON, its Markdown and its sta
 It is what users see in the UI and what the daemon's sensors read (they never open the
 warehouse), and it works the same on Postgres storage and Kubernetes. It is not the state of
 record of an approved plan: the warehouse is (lib/warehouse/shared/records.py), and
-service.reconcile tells this record what it missed. A proposed plan lives here only: a plan file alone launches
-nothing, and approving is the explicit step that claims the table in the warehouse
-(service.approval).
+service.reconcile tells this record what it missed. A proposed plan lives here only: a plan file
+alone launches nothing, and approving is the explicit step that claims the table in the
+warehouse (service.approval).
 """
 
 from __future__ import annotations
