@@ -3,11 +3,11 @@
 A plan's status changes in the warehouse in the transaction that does what it names (the claim,
 the swap, the rollback, the release, the abandon: lib/warehouse/shared/records.py). Then the
 instance is told: the plan's record on `backfill_plans`, and for a swap or a rollback the
-materializations of the target and of the dbt models it published (service.published). A process that dies
-between the two, or a record erased in the UI, leaves the instance behind the warehouse. So every
-command reads the warehouse's record first and tells the instance what it missed
-(`current_plan`, `reconcile_untold`): a swap the warehouse committed is "swapped" whatever the
-event log says, and its rollback stays possible until `release`.
+materializations of the target and of the dbt models it published (service.published). A
+process that dies between the two, or a record erased in the UI, leaves the instance behind the
+warehouse. So every command reads the warehouse's record first and tells the instance what it
+missed (`current_plan`, `reconcile_untold`): a swap the warehouse committed is "swapped"
+whatever the event log says, and its rollback stays possible until `release`.
 
 The instance keeps what only it has: proposed plans (nothing was claimed yet), whether the batch
 driver drives a plan, and the gate results per partition.

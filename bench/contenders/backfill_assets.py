@@ -33,14 +33,14 @@ def run_backfill_assets(
 ) -> dict[str, Any]:
     """Backfill [start, end) of orders_daily in a DuckDB file: shadow + gates per week, then one
     swap."""
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 
     return backfill_in_weeks(DuckDBWarehouse(path), start, end, plan_id)
 
 
 def run_backfill_assets_pg(url: str, start: dt.date, end: dt.date) -> dict[str, Any]:
     """The same loop on a PostgreSQL warehouse (partitioned target, DETACH/ATTACH swap)."""
-    from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+    from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 
     return backfill_in_weeks(PostgresWarehouse(url), start, end, PLAN_ID)
 

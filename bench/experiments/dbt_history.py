@@ -25,7 +25,7 @@ def dbt_history(prefix: str) -> Iterator[Path]:
     from backfill_assets.example.definitions import example_definitions
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 
     root = Path(tempfile.mkdtemp(prefix=prefix))
     try:

@@ -24,7 +24,7 @@ ROWS_PER_DAY = 200_000
 def main() -> None:
     from backfill_assets.example.orders import ORDERS_DAILY_SQL_V1
     from backfill_assets.example.spec import ORDERS_SPEC
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
     from bench.contenders.backfill_assets import backfill_in_weeks
     from bench.harness.data import checkpoint, fresh_copy, load_sources
 

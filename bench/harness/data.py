@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 
 from backfill_assets.example import orders as o
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from bench.harness import plain
 from bench.harness.config import BenchContext, Size
 

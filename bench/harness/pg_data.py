@@ -25,7 +25,7 @@ from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.example.throwaway_postgres import ThrowawayPostgres
 from backfill_assets.lib.warehouse.dialects import column_type, transpile
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from bench.contenders.floor_pg import PLAIN_TABLE
 from bench.harness.measure import BenchError
 

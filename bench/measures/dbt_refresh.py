@@ -68,7 +68,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-    from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
     from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.downstream import (
         DbtDownstream,

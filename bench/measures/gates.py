@@ -24,7 +24,7 @@ from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import iso_weeks, week_id
 from backfill_assets.lib.gates.evaluate import GateOutcome, evaluate_gates
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
 from bench.contenders.backfill_assets import timed_batch
 from bench.harness.config import BenchContext

@@ -28,7 +28,7 @@ import psycopg
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from bench.harness.config import BenchContext
 from bench.harness.measure import BenchError
 from bench.harness.pg_data import (

@@ -28,7 +28,7 @@ from typing import Any
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.lib.dates import days
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from bench.harness.config import PYTHON, REPO_DIR, BenchContext
 from bench.harness.load import print_noisy, round_load, summary
 from bench.harness.measure import BenchError, goal, median

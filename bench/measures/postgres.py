@@ -34,7 +34,7 @@ from backfill_assets.example.throwaway_postgres import (
     binaries_dir,
     throwaway_postgres,
 )
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from bench.harness.config import BenchContext
 from bench.harness.data import Templates
 from bench.harness.load import note, print_noisy, round_load

@@ -21,7 +21,7 @@ import duckdb
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from bench.harness.config import BenchContext
 from bench.harness.data import checkpoint, load_sources
 from bench.harness.measure import BenchError

@@ -28,7 +28,7 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_BUILD
 from backfill_assets.example.spec import ORDERS_SPEC
 from backfill_assets.lib.dates import days
-from backfill_assets.lib.warehouse.duckdb_adapter import DuckDBWarehouse
+from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from bench.harness import plain
 from bench.harness.config import BenchContext
 from bench.harness.data import checkpoint, fresh_copy, load_sources
