@@ -29,12 +29,12 @@ import psycopg
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
-from backfill_assets.example.throwaway_postgres import (
+from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
+from backfill_assets.testing.throwaway_postgres import (
     PostgresUnavailable,
     binaries_dir,
     throwaway_postgres,
 )
-from backfill_assets.lib.warehouse.postgres_adapter import PostgresWarehouse
 from bench import pg_readers, pg_swap
 from bench.config import BenchContext
 from bench.data import Templates

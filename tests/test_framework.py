@@ -170,6 +170,19 @@ def test_the_import_contracts_fail_when_a_framework_module_imports_the_example(t
     assert "backfill_assets.lib.dates -> backfill_assets.example.orders" in broken.stdout
 
 
+def test_the_import_contracts_fail_when_a_framework_module_imports_the_test_support(tmp_path):
+    # backfill_assets.testing ships in the wheel for the demo; the framework must not use it.
+    config = _contracts_config(tmp_path)
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "backfill_assets", tree / "backfill_assets")
+    lease = tree / "backfill_assets" / "service" / "lease.py"
+    lease.write_text(lease.read_text() + "\nimport backfill_assets.testing.throwaway_postgres\n")
+    broken = _lint_imports(tree, config)
+    assert broken.returncode != 0
+    assert "The framework never imports the test support BROKEN" in broken.stdout
+    assert "backfill_assets.service.lease -> backfill_assets.testing" in broken.stdout
+
+
 @pytest.mark.slow
 def test_a_wheel_installs_and_runs_without_this_repository(tmp_path):
     dist, target = tmp_path / "dist", tmp_path / "site"
