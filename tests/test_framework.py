@@ -27,7 +27,6 @@ PUBLIC = (
     "backfill_definitions",
     "BackfillableTableComponent",
     "BackfillControlComponent",
-    "LeanDbtCliResource",
 )
 
 
@@ -39,6 +38,18 @@ def test_the_public_api_is_importable_from_the_package():
         assert name in backfill_assets.__all__
     with pytest.raises(AttributeError):
         backfill_assets.NotAThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_lean_dbt_resource_is_imported_from_its_module_not_from_the_package():
+    # It overrides private methods of dagster-dbt: a dagster-dbt upgrade may break it, so the
+    # package does not promise it as public API.
+    import backfill_assets
+    from backfill_assets.defs.dbt_resource import LeanDbtCliResource
+
+    assert LeanDbtCliResource.__module__ == "backfill_assets.defs.dbt_resource"
+    assert "LeanDbtCliResource" not in backfill_assets.__all__
+    with pytest.raises(AttributeError):
+        backfill_assets.LeanDbtCliResource  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_importing_the_package_does_not_import_dagster():
