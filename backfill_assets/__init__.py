@@ -30,7 +30,6 @@ _EXPORTS = {
     "backfill_tables": "backfill_assets.service.tables",
     "DbtDownstream": "backfill_assets.service.downstream",
     "WarehouseResource": "backfill_assets.defs.resources",
-    "LeanDbtCliResource": "backfill_assets.defs.dbt_resource",
     "BackfillableTableComponent": "backfill_assets.defs.component",
     "BackfillControlComponent": "backfill_assets.defs.component",
     "BackfillError": "backfill_assets.errors",
@@ -53,7 +52,6 @@ __all__ = [
     "GateFailed",
     "InvalidInput",
     "Invariant",
-    "LeanDbtCliResource",
     "PlanRefused",
     "RowCountCriterion",
     "SampleCriterion",
@@ -71,7 +69,6 @@ if TYPE_CHECKING:
         BackfillableTableComponent,
         BackfillControlComponent,
     )
-    from backfill_assets.defs.dbt_resource import LeanDbtCliResource
     from backfill_assets.defs.factory import backfill_definitions
     from backfill_assets.defs.resources import WarehouseResource
     from backfill_assets.errors import (

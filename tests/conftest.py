@@ -152,7 +152,7 @@ def postgres_database() -> Iterator[str]:
     names, or on a throwaway server started from the machine's binaries and stopped by PID."""
     import uuid
 
-    from backfill_assets.example.throwaway_postgres import throwaway_postgres
+    from backfill_assets.testing.throwaway_postgres import throwaway_postgres
 
     name = f"backfill_test_{uuid.uuid4().hex[:10]}"
     given = os.environ.get(TEST_POSTGRES_ENV)

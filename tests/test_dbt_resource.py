@@ -21,7 +21,7 @@ import pytest
 from dbt.adapters.factory import FACTORY, reset_adapters
 from packaging import version
 
-from backfill_assets import LeanDbtCliResource
+from backfill_assets.defs.dbt_resource import LeanDbtCliResource
 from backfill_assets.example.dbt import dbt_models, dbt_project_dir
 
 STARTED: list[list[str]] | None = None  # the processes started while a test watches

@@ -24,7 +24,7 @@ from backfill_assets.constants import (
     refresh_sensor,
     shadow_job,
 )
-from backfill_assets.defs.table_assets import table_definitions
+from backfill_assets.defs.table.definitions import table_definitions
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.service.batch_driver import refresh_run_requests, start_plan
 from backfill_assets.service.executor import batch_tags

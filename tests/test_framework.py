@@ -27,7 +27,6 @@ PUBLIC = (
     "backfill_definitions",
     "BackfillableTableComponent",
     "BackfillControlComponent",
-    "LeanDbtCliResource",
 )
 
 
@@ -39,6 +38,18 @@ def test_the_public_api_is_importable_from_the_package():
         assert name in backfill_assets.__all__
     with pytest.raises(AttributeError):
         backfill_assets.NotAThing  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_the_lean_dbt_resource_is_imported_from_its_module_not_from_the_package():
+    # It overrides private methods of dagster-dbt: a dagster-dbt upgrade may break it, so the
+    # package does not promise it as public API.
+    import backfill_assets
+    from backfill_assets.defs.dbt_resource import LeanDbtCliResource
+
+    assert LeanDbtCliResource.__module__ == "backfill_assets.defs.dbt_resource"
+    assert "LeanDbtCliResource" not in backfill_assets.__all__
+    with pytest.raises(AttributeError):
+        backfill_assets.LeanDbtCliResource  # type: ignore[attr-defined]  # noqa: B018
 
 
 def test_importing_the_package_does_not_import_dagster():
@@ -168,6 +179,19 @@ def test_the_import_contracts_fail_when_a_framework_module_imports_the_example(t
     assert broken.returncode != 0
     assert "The framework never imports the example BROKEN" in broken.stdout
     assert "backfill_assets.lib.dates -> backfill_assets.example.orders" in broken.stdout
+
+
+def test_the_import_contracts_fail_when_a_framework_module_imports_the_test_support(tmp_path):
+    # backfill_assets.testing ships in the wheel for the demo; the framework must not use it.
+    config = _contracts_config(tmp_path)
+    tree = tmp_path / "tree"
+    shutil.copytree(REPO / "backfill_assets", tree / "backfill_assets")
+    lease = tree / "backfill_assets" / "service" / "lease.py"
+    lease.write_text(lease.read_text() + "\nimport backfill_assets.testing.throwaway_postgres\n")
+    broken = _lint_imports(tree, config)
+    assert broken.returncode != 0
+    assert "The framework never imports the test support BROKEN" in broken.stdout
+    assert "backfill_assets.service.lease -> backfill_assets.testing" in broken.stdout
 
 
 @pytest.mark.slow

@@ -30,9 +30,9 @@ def test_the_warehouse_is_chosen_by_its_url(postgres_url, tmp_path):
 
 def test_an_unreachable_server_is_a_clear_error(tmp_path):
     from backfill_assets.errors import WarehouseError
-    from backfill_assets.example.throwaway_postgres import _free_port
+    from backfill_assets.testing.throwaway_postgres import free_port
 
-    wh = open_warehouse(f"postgresql://postgres@127.0.0.1:{_free_port()}/nope", lock_timeout_s=2)
+    wh = open_warehouse(f"postgresql://postgres@127.0.0.1:{free_port()}/nope", lock_timeout_s=2)
     with pytest.raises(WarehouseError, match=r"cannot reach warehouse .* check that the server"):
         wh.checksums(ORDERS.spec, D(2026, 1, 1), D(2026, 1, 2))
 

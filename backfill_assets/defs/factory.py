@@ -10,7 +10,8 @@ import dagster as dg
 from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
 from backfill_assets.defs.control import CONTROL_DEFINITIONS
 from backfill_assets.defs.resources import DEFAULT_WAREHOUSE, WarehouseResource
-from backfill_assets.defs.table_assets import DEFAULT_SENSOR_INTERVAL_S, table_definitions
+from backfill_assets.defs.table.definitions import table_definitions
+from backfill_assets.defs.table.sensors import DEFAULT_SENSOR_INTERVAL_S
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.connect import dialect_of, open_warehouse

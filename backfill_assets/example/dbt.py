@@ -23,7 +23,7 @@ from typing import Any
 import dagster as dg
 from dagster_dbt import DagsterDbtTranslator, DbtCliResource, DbtProject, dbt_assets
 
-from backfill_assets import LeanDbtCliResource
+from backfill_assets.defs.dbt_resource import LeanDbtCliResource
 from backfill_assets.example.dbt_manifest import dbt_executable, ensure_manifest
 from backfill_assets.example.declaration import DAILY, WEEKLY
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, is_postgres_url

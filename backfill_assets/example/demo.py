@@ -17,9 +17,9 @@ the instance leaves behind (see service.doctor).
 
 On PostgreSQL: with BACKFILL_ASSETS_WAREHOUSE set to a `postgresql://` URL the demo works in that
 database's schema `backfill_assets_demo` (dropped and recreated: nothing else is touched) with
-the project's instance; otherwise it starts a throwaway server (example/throwaway_postgres.py)
-that holds both the warehouse and the Dagster instance (dagster-postgres storage), and stops it
-at the end.
+the project's instance; otherwise it starts a throwaway server
+(backfill_assets/testing/throwaway_postgres.py) that holds both the warehouse and the Dagster
+instance (dagster-postgres storage), and stops it at the end.
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def _demo_state(warehouse: str) -> Iterator[tuple[Any, str, Path]]:
         wh = open_warehouse(url)
         yield wh, f"warehouse {wh.location}, DAGSTER_HOME {os.environ['DAGSTER_HOME']}", out_dir
         return
-    from backfill_assets.example.throwaway_postgres import throwaway_postgres
+    from backfill_assets.testing.throwaway_postgres import throwaway_postgres
 
     say("(no PostgreSQL URL in BACKFILL_ASSETS_WAREHOUSE: starting a throwaway server)")
     with throwaway_postgres() as server, tempfile.TemporaryDirectory() as home:

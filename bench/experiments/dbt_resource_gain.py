@@ -28,7 +28,7 @@ WAYS = ("base", "lean", "base new", "lean new")
 def main() -> None:
     from dagster_dbt import DbtCliResource
 
-    from backfill_assets import LeanDbtCliResource
+    from backfill_assets.defs.dbt_resource import LeanDbtCliResource
     from backfill_assets.example.dbt import dbt_project_dir
     from backfill_assets.example.dbt_manifest import dbt_executable
     from bench.experiments.dbt_history import dbt_history

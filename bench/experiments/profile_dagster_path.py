@@ -77,7 +77,7 @@ def _server(storage: str) -> Iterator[Any]:
     if storage != "postgres":
         yield None
         return
-    from backfill_assets.example.throwaway_postgres import throwaway_postgres
+    from backfill_assets.testing.throwaway_postgres import throwaway_postgres
 
     with throwaway_postgres() as server:
         yield server

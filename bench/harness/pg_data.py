@@ -22,10 +22,10 @@ import psycopg
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
-from backfill_assets.example.throwaway_postgres import ThrowawayPostgres
 from backfill_assets.lib.warehouse.dialects import column_type, transpile
 from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
 from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
+from backfill_assets.testing.throwaway_postgres import ThrowawayPostgres
 from bench.contenders.floor_pg import PLAIN_TABLE
 from bench.harness.measure import BenchError
 

@@ -29,12 +29,12 @@ import psycopg
 
 from backfill_assets.example import orders as o
 from backfill_assets.example.spec import ORDERS_SPEC
-from backfill_assets.example.throwaway_postgres import (
+from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
+from backfill_assets.testing.throwaway_postgres import (
     PostgresUnavailable,
     binaries_dir,
     throwaway_postgres,
 )
-from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
 from bench.harness.config import BenchContext
 from bench.harness.data import Templates
 from bench.harness.load import note, print_noisy, round_load

@@ -325,7 +325,7 @@ def test_a_batch_killed_mid_run_does_not_keep_the_tables_writer_from_its_rerun(
 def _driver_tick(defs, instance, table, now):
     """One evaluation of the batch driver by a daemon that just (re)started: a sensor built
     afresh, a fresh context; the only state is the instance's."""
-    from backfill_assets.defs.table_assets import table_definitions
+    from backfill_assets.defs.table.definitions import table_definitions
 
     built = table_definitions(table, clock=lambda: now)
     sensor = next(s for s in built.sensors or [] if s.name == driver_sensor(ORDERS.key))

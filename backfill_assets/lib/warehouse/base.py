@@ -15,7 +15,7 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -510,11 +510,3 @@ class Warehouse(Protocol):
         """Calls made inside may share one connection (DuckDB: the file stays open between a
         batch's write and its gates); each write is still its own transaction."""
         ...
-
-
-def iter_days(start: dt.date, end: dt.date) -> Iterator[dt.date]:
-    """Every day of [start, end)."""
-    day = start
-    while day < end:
-        yield day
-        day += dt.timedelta(days=1)

@@ -50,7 +50,8 @@ def binaries_dir() -> Path:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -158,7 +159,7 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
     bin_dir = binaries_dir()
     # Under /tmp, not a caller's temporary directory: the `postgres` user must reach it.
     root = Path(tempfile.mkdtemp(prefix="backfill-assets-pg-"))
-    server = ThrowawayPostgres(root=root, port=_free_port(), bin_dir=bin_dir)
+    server = ThrowawayPostgres(root=root, port=free_port(), bin_dir=bin_dir)
     try:
         server.start()
         yield server
