@@ -38,7 +38,7 @@ def _kind(node: Any, published: bool) -> str:
 def _downstream_in_order(asset_graph: Any, target_key: Any) -> list[Any]:
     """The target's downstream assets in topological order: by depth below the target (the
     longest path), then by key. Walks only the downstream subgraph: Dagster's
-    `toposorted_asset_keys` sorts the whole graph (0.45 s of a 0.74 s plan at 10,000 assets)."""
+    `toposorted_asset_keys` sorts the whole graph, most of a plan's time at 10,000 assets."""
     children: dict[Any, list[Any]] = {}
     seen = {target_key}
     stack = [target_key]

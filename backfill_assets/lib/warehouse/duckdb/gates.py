@@ -9,12 +9,12 @@ over every week): the shadow's rows and fingerprint; the target's, as its writes
 sample. A key is sampled when `hash(pk, "<plan>:<day>")` falls below n / the shadow's rows of
 its partition, so the sample is reproducible.
 
-Measured query by query on one of the bench's 1.4M-row weeks (2026-12-04): hashing the shadow's
-key and unchanged columns 13 ms; the duplicate count 7 ms over the whole batch, against 16 ms
-with a bitmap per day and 143 ms for `count(DISTINCT pk)`; the full sample joined to the target
-27 ms, against about 8 ms for the rules of the changed columns alone when the fingerprints
-agree. A sampled row comes back whole only when it fails, since turning ~1,400 clean rows'
-values into Python objects took a quarter of the sample query.
+Why each query has its shape (`python -m bench --only gates` measures them; docs/performance.md
+has the figures): duplicates are counted over the whole batch first, which is cheaper than a
+bitmap per day and far cheaper than `count(DISTINCT pk)`; when the fingerprints agree, the rules
+of the changed columns are read from the shadow alone, a fraction of the full sample joined to
+the target; and a sampled row comes back whole only when it fails, since turning clean rows'
+values into Python objects was a good share of the sample query.
 """
 
 from __future__ import annotations
@@ -101,8 +101,8 @@ def _violations(
     """(invariant index, day) -> rows breaking it. Each invariant is a filter of its own scan:
     DuckDB applies a filter while it reads a column, by its zone maps and, in a file opened since
     the rows were written, by its dictionary, where the same predicate as an aggregate's argument
-    is evaluated on every row. One week's `status IN (...)` there: 1.7 ms as a filter, 13.4 ms in
-    count_if; on the rows a batch's session has just written, about 14 ms either way."""
+    is evaluated on every row: on a week opened again, the filter is several times cheaper; on
+    the rows a batch's session has just written, the two cost the same."""
     if not invs:
         return {}
     sql = " UNION ALL ".join(
@@ -245,8 +245,8 @@ def gate_inputs(
             # the target (each as often), so the sampled rows do: count, per day, the sampled
             # rows and those that break a changed column's rule, from the shadow alone and from
             # only the columns the rules read (DuckDB reads every column a query names for every
-            # row of the week before the sample's filter, and turning ~1,400 rows into Python
-            # objects took 9 ms a week). Rows that break a rule come back whole from the full
+            # row of the week before the sample's filter, and turning clean rows into Python
+            # objects costs more than the counts). Rows that break a rule come back whole from the full
             # query below.
             fails = "".join(f", count_if(NOT __ok{i})" for i in range(len(preds)))
             counted = con.execute(
