@@ -76,11 +76,11 @@ def hold_connections(instance: dg.DagsterInstance) -> None:
     `rollback`.
 
     Dagster's PostgreSQL storage otherwise opens a new server connection, a new server process,
-    for every read and write: several per event, and a batch run stores dozens of events. Holding
-    them more than halves a batch's time on a local server (`python -m
-    bench.experiments.profile_dagster_path --storage postgres [--hold]`; docs/performance.md). Dagster's
-    SQLite storage has no such setting, and this changes nothing there. Calling it again for the
-    same instance does nothing."""
+    for every read and write: several per event, and a batch run stores dozens of events.
+    Holding them more than halves a batch's time on a local server (`python -m
+    bench.experiments.profile_dagster_path --storage postgres [--hold]`; docs/performance.md).
+    Dagster's SQLite storage has no such setting, and this changes nothing there. Calling it
+    again for the same instance does nothing."""
     if instance in _HOLDING:
         return
     instance.optimize_for_webserver(

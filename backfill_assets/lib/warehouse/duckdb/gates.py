@@ -246,8 +246,8 @@ def gate_inputs(
             # rows and those that break a changed column's rule, from the shadow alone and from
             # only the columns the rules read (DuckDB reads every column a query names for every
             # row of the week before the sample's filter, and turning clean rows into Python
-            # objects costs more than the counts). Rows that break a rule come back whole from the full
-            # query below.
+            # objects costs more than the counts). Rows that break a rule come back whole from
+            # the full query below.
             fails = "".join(f", count_if(NOT __ok{i})" for i in range(len(preds)))
             counted = con.execute(
                 f"SELECT {pc}, count(*){fails} FROM (SELECT x.{pc}{ok_cols} FROM {shadow} x "

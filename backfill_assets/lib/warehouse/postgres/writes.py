@@ -105,8 +105,9 @@ class PostgresWrites(PostgresLayout):
     ) -> None:
         """A week table that does not exist yet, filled with the build's rows of `span` (its
         part of the range) before it has indexes, then indexed and attached. Building an index
-        over the loaded rows is cheaper than maintaining it row by row. The indexes are the ones the new table copied from the target
-        (`pg_get_indexdef`), dropped and built again; those behind a constraint stay."""
+        over the loaded rows is cheaper than maintaining it row by row. The indexes are the ones
+        the new table copied from the target (`pg_get_indexdef`), dropped and built again; those
+        behind a constraint stay."""
         monday = week_monday(span[0])
         name = self._create_week(con, spec, parent, monday, attach=False)
         indexes = _x(
