@@ -42,3 +42,26 @@ def test_every_test_a_doc_names_exists(doc: Path):
 
 def test_the_reliability_page_names_tests():
     assert len(references(REPO / "docs" / "reliability.md")) >= 40
+
+
+PAGES = [REPO / "README.md", REPO / "bench" / "README.md", *DOCS]
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+MODULE = re.compile(r"python -m ([\w.]*[a-z_])\b(?![\w.])")
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_link_and_module_a_page_names_exists(page: Path):
+    """A page's relative links and `python -m` commands name files and modules that exist: a
+    README that names a file or command that no longer exists is a trap for a newcomer."""
+    text = page.read_text()
+    missing = [
+        link
+        for link in LINK.findall(text)
+        if "://" not in link and not (page.parent / link).exists()
+    ]
+    for module in MODULE.findall(text):
+        path = REPO / module.replace(".", "/")
+        if not (path.with_suffix(".py").exists() or (path / "__init__.py").exists()):
+            if module.split(".")[0] in ("bench", "backfill_assets"):
+                missing.append(f"python -m {module}")
+    assert not missing, f"{page.name} names what does not exist: {missing}"
