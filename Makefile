@@ -7,7 +7,7 @@ export DAGSTER_HOME := $(CURDIR)/dagster_home
 export BACKFILL_ASSETS_WAREHOUSE ?= $(CURDIR)/data/warehouse.duckdb
 export BACKFILL_ASSETS_DBT_PROJECT ?= $(CURDIR)/dbt_project
 
-.PHONY: setup demo test lint dev bench screenshots browser postgres clean
+.PHONY: setup demo test test-fast lint dev bench screenshots browser postgres clean
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: setup browser postgres
 	$(BIN)/lint-imports
 	$(BIN)/pyright
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
+
+## For iteration: the unit and contract tests only (on DuckDB and a throwaway PostgreSQL
+## server), without the end-to-end, browser, reliability and slow tests. CI runs `make test`.
+test-fast: setup postgres
+	$(BIN)/pytest -q -n 2 --dist loadfile -m "not slow and not browser" \
+	    --ignore=tests/e2e --ignore=tests/ui --ignore=tests/reliability
 
 lint: setup
 	$(BIN)/ruff check backfill_assets tests bench
