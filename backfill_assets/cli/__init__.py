@@ -8,7 +8,7 @@ from the loaded definitions (their target assets carry them), the warehouse from
 it: it hands a plan to the daemon, so it refuses a code location whose daily job the guards could
 not find, as `plan`, `approve` and `run` do. Only `run`, `swap` and `rollback` import it every
 time (they execute its jobs); the other commands read its snapshot while nothing it was built
-from changed (cli/snapshot.py).
+from changed (location/snapshot.py).
 
 Exit codes: 0 done; 1 a gate failed and the plan is halted; 2 refused or invalid input (nothing
 was written); 3 the swap or rollback is done but the downstream refresh failed.

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 class Context:
     """What every command works with: the code location, its tables, instance, warehouse.
 
-    `graph` is the location's asset graph (or its snapshot's: cli/snapshot.py); `defs` its
+    `graph` is the location's asset graph (or its snapshot's: location/snapshot.py); `defs` its
     Definitions, only for the commands that execute runs (`_context(a, jobs=True)`)."""
 
     defs: dg.Definitions | None
@@ -92,13 +92,13 @@ def _context(
     """The code location, the instance (`instance`, if the caller opened it) and the
     warehouse. `jobs`: the command executes runs and needs the location's Definitions; the
     other commands read the location's snapshot while it is current, which spares them
-    importing it (cli/snapshot.py). `reconcile`: tell the instance first what the warehouse
+    importing it (location/snapshot.py). `reconcile`: tell the instance first what the warehouse
     did that it was not told (every command but `doctor`, which reports it)."""
     import dagster as dg
 
-    from backfill_assets.cli.location import load_location, resolve_spec
     from backfill_assets.constants import WAREHOUSE_RESOURCE_KEY
     from backfill_assets.lib.warehouse.connect import LOCK_TIMEOUT_ENV, lock_timeout_from
+    from backfill_assets.location.loader import load_location, resolve_spec
 
     instance = instance if instance is not None else _instance()
     if jobs:

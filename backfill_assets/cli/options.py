@@ -14,7 +14,7 @@ MAX_INPUT_BYTES = 8 * 1024 * 1024
 
 
 def add_location_options(p: argparse.ArgumentParser) -> None:
-    """Where the code location is, as the `dagster` CLI takes it (cli/location.py)."""
+    """Where the code location is, as the `dagster` CLI takes it (location/loader.py)."""
     loc = p.add_argument_group(
         "code location (default: [tool.dagster] or [tool.dg] in ./pyproject.toml)"
     )

@@ -220,13 +220,13 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
 
 
 def load_location(spec: LocationSpec, *, snapshot_ok: bool) -> Any:
-    """What the commands read from the location `spec` (a `cli.snapshot.LocationView`).
+    """What the commands read from the location `spec` (a `snapshot.LocationView`).
 
     `snapshot_ok`: the command needs no jobs or Definitions of its own (plan, approve, status,
     ...), so the location's snapshot serves while it is current; else, and when it is not, the
     location is imported (once per process) and its snapshot written again.
     """
-    from backfill_assets.cli import snapshot
+    from backfill_assets.location import snapshot
 
     if snapshot_ok:
         view = snapshot.load(spec)

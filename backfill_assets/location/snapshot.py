@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.cli.location import LocationSpec
     from backfill_assets.lib.table import BackfillableTable
+    from backfill_assets.location.loader import LocationSpec
 
 FORMAT = 1
 CACHE_ENV = "BACKFILL_ASSETS_CACHE_DIR"
@@ -467,7 +467,7 @@ class _NotLoaded:
 
         raise BackfillError(
             f"{self._table}'s build {self.__name__} was not imported: this command read the "
-            "code location's snapshot (backfill_assets/cli/snapshot.py)"
+            "code location's snapshot (backfill_assets/location/snapshot.py)"
         )
 
 
