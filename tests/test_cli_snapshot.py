@@ -218,6 +218,19 @@ def test_the_impact_from_the_snapshot_equals_the_asset_graph_s_for_the_example(d
         assert {i.asset_key for i in expected} >= {"fct_weekly_revenue", "dim_customers"}
 
 
+def test_the_snapshot_orders_its_assets_parents_first_as_the_asset_graph_does(defs):
+    # The snapshot's graph answers the whole AssetGraphLike protocol, the order the downstream
+    # refresh sorts its runs by included.
+    graph = _roundtrip(defs).graph
+    order = graph.toposorted_asset_keys
+    real = [k for k in snapshot.view_of(defs).graph.toposorted_asset_keys if graph.has(k)]
+    assert sorted(order) == sorted(real) and len(order) > 1
+    seen: set[dg.AssetKey] = set()
+    for key in order:
+        assert graph.get(key).parent_keys <= seen | {key}
+        seen.add(key)
+
+
 def test_definitions_whose_lineage_cannot_be_written_down_are_not_cached(
     defs, tmp_path, monkeypatch
 ):

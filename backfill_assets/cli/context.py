@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     import dagster as dg
 
+    from backfill_assets.lib.asset_graph import AssetGraphLike
     from backfill_assets.lib.table import BackfillableTable
     from backfill_assets.lib.warehouse.base import Warehouse
 
@@ -29,7 +30,7 @@ class Context:
     Definitions, only for the commands that execute runs (`_context(a, jobs=True)`)."""
 
     defs: dg.Definitions | None
-    graph: Any
+    graph: AssetGraphLike
     tables: dict[str, BackfillableTable]
     instance: dg.DagsterInstance
     wh: Warehouse
