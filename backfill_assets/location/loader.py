@@ -19,6 +19,10 @@ from typing import Any
 
 import dagster as dg
 
+# What `@dg.definitions` returns. Dagster exports the decorator but not the class of what it
+# returns, and a module's `defs` may be either; this module alone imports it.
+from dagster.components.definitions import LazyDefinitions
+
 from backfill_assets.errors import InvalidInput
 
 HINT = (
@@ -178,8 +182,8 @@ def _import(spec: LocationSpec) -> ModuleType:
 def _definitions(value: Any, what: str) -> dg.Definitions:
     if isinstance(value, dg.Definitions):
         return value
-    if callable(value) and type(value).__name__ == "LazyDefinitions":
-        if getattr(value, "has_context_arg", False):
+    if isinstance(value, LazyDefinitions):
+        if value.has_context_arg:
             raise InvalidInput(
                 f"{what} needs a ComponentLoadContext; give the CLI a module whose defs take "
                 "no arguments"
@@ -206,9 +210,7 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
         defs = _definitions(module.defs, f"{spec.describe()}'s defs")
     else:
         found = [
-            v
-            for v in vars(module).values()
-            if isinstance(v, dg.Definitions) or type(v).__name__ == "LazyDefinitions"
+            v for v in vars(module).values() if isinstance(v, dg.Definitions | LazyDefinitions)
         ]
         if len(found) != 1:
             raise InvalidInput(
