@@ -163,10 +163,10 @@ def test_a_criteria_file_overrides_the_declared_defaults_and_bad_ones_are_refuse
 def test_plan_approve_run_status_swap_rollback_through_the_cli(
     defs, instance, history, tmp_path, capsys, monkeypatch
 ):
-    import backfill_assets.cli as cli
+    from backfill_assets.cli import common
 
     # Inside the plan's window whatever the real clock says.
-    monkeypatch.setattr(cli, "_now", lambda: dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC))
+    monkeypatch.setattr(common, "_now", lambda: dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC))
     out = tmp_path / "plan.json"
     args = [
         "plan",
@@ -238,10 +238,10 @@ def test_the_launchpad_planning_job_records_a_proposed_plan_with_markdown(
 def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_paused(
     defs, instance, history, capsys, monkeypatch, tmp_path
 ):
-    import backfill_assets.cli as cli
+    from backfill_assets.cli import common
     from tests.conftest import NOW, make_plan
 
-    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    monkeypatch.setattr(common, "_now", lambda: NOW)
     plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")
     # pause and list work on the instance alone: they do not import the code location (seconds,
     # with dbt), so a location that cannot even be found does not stop them. start does: it
@@ -273,10 +273,10 @@ def test_run_holds_its_instance_connections_instead_of_a_server_process_per_even
 
     import psycopg
 
-    import backfill_assets.cli as cli
+    from backfill_assets.cli import common
     from tests.conftest import NOW, make_plan
 
-    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    monkeypatch.setattr(common, "_now", lambda: NOW)
     plan = make_plan(defs, instance, history, "2026-01-05", "2026-01-11")  # one batch of 7 days
     url = instance.event_log_storage.postgres_url.replace("+psycopg2", "")  # type: ignore[attr-defined]
     database = url.rsplit("/", 1)[1]

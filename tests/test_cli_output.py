@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def at_noon(monkeypatch):
-    import backfill_assets.cli as cli
+    from backfill_assets.cli import common
 
-    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    monkeypatch.setattr(common, "_now", lambda: NOW)
 
 
 def _json(capsys, name: str) -> dict:

@@ -1,5 +1,5 @@
 """The code location's snapshot: what `plan`, `approve`, `status` and the other plan commands read
-instead of importing the location again (backfill_assets/cli/snapshot.py).
+instead of importing the location again (backfill_assets/location/snapshot.py).
 
 The commands run as an operator runs them: a fresh interpreter each, from the project's own
 directory, on a real instance and DuckDB file. Each says whether it imported the location (its
@@ -20,9 +20,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from backfill_assets.cli import snapshot
 from backfill_assets.lib.planning.impact import downstream_impact
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
+from backfill_assets.location import snapshot
 from tests.test_adoption import PROJECT, REPO, seed
 
 # The console script's own entry point, then whether the location's module was imported.
@@ -218,10 +218,23 @@ def test_the_impact_from_the_snapshot_equals_the_asset_graph_s_for_the_example(d
         assert {i.asset_key for i in expected} >= {"fct_weekly_revenue", "dim_customers"}
 
 
+def test_the_snapshot_orders_its_assets_parents_first_as_the_asset_graph_does(defs):
+    # The snapshot's graph answers the whole AssetGraphLike protocol, the order the downstream
+    # refresh sorts its runs by included.
+    graph = _roundtrip(defs).graph
+    order = graph.toposorted_asset_keys
+    real = [k for k in snapshot.view_of(defs).graph.toposorted_asset_keys if graph.has(k)]
+    assert sorted(order) == sorted(real) and len(order) > 1
+    seen: set[dg.AssetKey] = set()
+    for key in order:
+        assert graph.get(key).parent_keys <= seen | {key}
+        seen.add(key)
+
+
 def test_definitions_whose_lineage_cannot_be_written_down_are_not_cached(
     defs, tmp_path, monkeypatch
 ):
-    from backfill_assets.cli.location import LocationSpec
+    from backfill_assets.location.loader import LocationSpec
 
     dynamic = dg.DynamicPartitionsDefinition(name="shipments")
 

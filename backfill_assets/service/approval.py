@@ -8,12 +8,11 @@ the same transaction, its state of record (service.reconcile), and the instance 
 
 from __future__ import annotations
 
-from typing import Any
-
 import dagster as dg
 
 from backfill_assets.constants import PLANS_PARTITIONS
 from backfill_assets.errors import ExecutionRefused
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
 from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, PlanStatus
 from backfill_assets.lib.table import BackfillableTable
@@ -36,7 +35,9 @@ def _status_of(instance: dg.DagsterInstance, plan_id: str) -> PlanStatus | None:
     return PlanStatus(str(rec["status"])) if rec and rec.get("status") else None
 
 
-def _check_impact(table: BackfillableTable, plan: BackfillPlan, asset_graph: Any) -> None:
+def _check_impact(
+    table: BackfillableTable, plan: BackfillPlan, asset_graph: AssetGraphLike
+) -> None:
     """The plan's downstream impact is what the asset lineage gives for its range now. The plan
     id does not cover it, and an emptied impact would leave every downstream model stale after
     the swap; lineage that changed since planning needs a new plan too."""
@@ -57,7 +58,7 @@ def approve_plan(
     table: BackfillableTable,
     plan: BackfillPlan,
     approved_by: str,
-    asset_graph: Any = None,
+    asset_graph: AssetGraphLike | None = None,
 ) -> PlanStatus:
     """Record an approved plan. Idempotent for the same plan.
 

@@ -35,6 +35,7 @@ from backfill_assets.constants import (
     shadow_job,
 )
 from backfill_assets.errors import BackfillError, ExecutionRefused
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import (
     IN_PROGRESS_RUN_STATUSES,
@@ -298,7 +299,7 @@ def swap_plan_id(run: dg.DagsterRun) -> str | None:
 
 
 def refresh_run_requests(
-    plan: BackfillPlan, asset_graph: Any, trigger_run_id: str, skip: Collection[str] = ()
+    plan: BackfillPlan, asset_graph: AssetGraphLike, trigger_run_id: str, skip: Collection[str] = ()
 ) -> list[dg.RunRequest]:
     """One run per grain of the plan's impact set (but `skip`: what the swap published with the
     target), upstream grains first (the run queue starts runs holding the writer tag in the
@@ -321,7 +322,7 @@ def refresh_run_requests(
 def follow_swaps(
     instance: dg.DagsterInstance,
     table: BackfillableTable,
-    asset_graph: Any,
+    asset_graph: AssetGraphLike,
     cursor: str | None,
     now: dt.datetime,
 ) -> tuple[list[dg.RunRequest], list[str], str]:

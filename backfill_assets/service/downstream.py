@@ -33,13 +33,14 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from backfill_assets.constants import DOWNSTREAM_CHECK
 from backfill_assets.errors import BackfillError, SwapRefused
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import PUBLISHED_MATERIALIZATIONS, BackfillPlan
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Companion, Warehouse
@@ -180,7 +181,7 @@ class ShadowBuild:
         )
 
 
-def classify(plan: BackfillPlan, graph: Any) -> Downstream:
+def classify(plan: BackfillPlan, graph: AssetGraphLike) -> Downstream:
     """Which of the plan's impacted assets are dbt tables (rebuilt in shadow) and dbt views;
     the rest is not the shadow build's."""
     rebuilt: list[DbtModel] = []
@@ -231,8 +232,14 @@ def _drop(wh: Warehouse, views: Iterable[str], tables: Iterable[str]) -> None:
         wh.execute(f"DROP TABLE IF EXISTS {quote_ident(name)}")
 
 
-def _window(graph: Any, keys: Sequence[str], start: str, end: str) -> tuple[dt.date, dt.date]:
-    pd = graph.get(dg.AssetKey.from_user_string(keys[0])).partitions_def
+def _window(
+    graph: AssetGraphLike, keys: Sequence[str], start: str, end: str
+) -> tuple[dt.date, dt.date]:
+    # A time-window grain: dbt is handed its window (a static grain would fail here).
+    pd = cast(
+        "dg.TimeWindowPartitionsDefinition",
+        graph.get(dg.AssetKey.from_user_string(keys[0])).partitions_def,
+    )
     return (
         pd.time_window_for_partition_key(start).start.date(),
         pd.time_window_for_partition_key(end).end.date(),
@@ -248,14 +255,16 @@ class Invocation:
     window: tuple[dt.date, dt.date] | None
 
 
-def grain_invocations(plan: BackfillPlan, graph: Any, downstream: Downstream) -> list[Invocation]:
+def grain_invocations(
+    plan: BackfillPlan, graph: AssetGraphLike, downstream: Downstream
+) -> list[Invocation]:
     """One dbt invocation per grain of the plan's impacted models, upstream grains first, each
     with its grain's own partition window."""
     return [inv for _, inv in _grains(plan, graph, downstream)]
 
 
 def _grains(
-    plan: BackfillPlan, graph: Any, downstream: Downstream
+    plan: BackfillPlan, graph: AssetGraphLike, downstream: Downstream
 ) -> list[tuple[tuple[str, ...], Invocation]]:
     from backfill_assets.service.refresh import refresh_requests
 
@@ -275,7 +284,7 @@ def _grains(
 
 
 def plan_invocations(
-    plan: BackfillPlan, graph: Any, downstream: Downstream, config: DbtDownstream
+    plan: BackfillPlan, graph: AssetGraphLike, downstream: Downstream, config: DbtDownstream
 ) -> tuple[list[Invocation], str | None]:
     """The dbt invocations that build a plan's impacted models in shadow, and why there is more
     than one (None when there is one).
@@ -321,7 +330,7 @@ def _time_window(pd: dg.TimeWindowPartitionsDefinition, window: tuple[dt.date, d
 
 
 def _partitions_in(
-    graph: Any, models: Iterable[DbtModel], window: tuple[dt.date, dt.date]
+    graph: AssetGraphLike, models: Iterable[DbtModel], window: tuple[dt.date, dt.date]
 ) -> dict[str, list[str]]:
     """Per time-partitioned model, its existing partition keys inside [start, end)."""
     out = {}
@@ -333,7 +342,7 @@ def _partitions_in(
     return out
 
 
-def _whole_partitions(graph: Any, key: str, window: tuple[dt.date, dt.date]) -> bool:
+def _whole_partitions(graph: AssetGraphLike, key: str, window: tuple[dt.date, dt.date]) -> bool:
     """Whether [start, end) is a run of existing whole partitions of the asset's grain."""
     pd = graph.get(dg.AssetKey.from_user_string(key)).partitions_def
     if not isinstance(pd, dg.TimeWindowPartitionsDefinition):
@@ -408,7 +417,7 @@ def overlay_name(table: BackfillableTable) -> str:
 def build_in_shadow(
     plan: BackfillPlan,
     table: BackfillableTable,
-    graph: Any,
+    graph: AssetGraphLike,
     wh: Warehouse,
     dbt: Any,
     config: DbtDownstream,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 from zoneinfo import ZoneInfo
 
 import dagster as dg
 
 from backfill_assets.constants import APPROVE_JOB, PLAN_JOB, PLANS_ASSET, START_JOB
 from backfill_assets.errors import BackfillError
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
@@ -55,7 +55,7 @@ def propose_instead(
     instance: dg.DagsterInstance,
     table: BackfillableTable,
     tables: Mapping[str, BackfillableTable],
-    asset_graph: Any | None,
+    asset_graph: AssetGraphLike | None,
     wh: Warehouse,
     start: dt.date,
     end_inclusive: dt.date,

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
 
 import dagster as dg
 
 from backfill_assets.errors import BackfillError, WarehouseMissing
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.dates import days, parse_day
 from backfill_assets.lib.planning.build import PlanInputs, PlanRequest, build_plan
 from backfill_assets.lib.planning.impact import downstream_impact
@@ -24,7 +24,7 @@ from backfill_assets.service.tables import table_for
 def plan_backfill(
     request: PlanRequest,
     *,
-    asset_graph: Any,
+    asset_graph: AssetGraphLike,
     tables: Mapping[str, BackfillableTable],
     instance: dg.DagsterInstance,
     warehouse: Warehouse,
@@ -73,7 +73,7 @@ def plan_backfill(
 
 
 def impact_of(
-    asset_graph: Any, table: BackfillableTable, start: dt.date, end: dt.date
+    asset_graph: AssetGraphLike, table: BackfillableTable, start: dt.date, end: dt.date
 ) -> tuple[ImpactedAsset, ...]:
     """Step 2 of a plan: what the asset lineage puts downstream of `table` for [start, end]
     (inclusive), the shadow left out; nothing for a range before the table's partitions (the
@@ -87,7 +87,7 @@ def impact_of(
 def plan_stale(
     request: PlanRequest,
     *,
-    asset_graph: Any,
+    asset_graph: AssetGraphLike,
     tables: Mapping[str, BackfillableTable],
     instance: dg.DagsterInstance,
     warehouse: Warehouse,

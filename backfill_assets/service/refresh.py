@@ -21,6 +21,7 @@ from backfill_assets.constants import (
     ROLE_TAG,
     WRITER_TAG,
 )
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
@@ -49,7 +50,7 @@ class RefreshRequest:
 
 def refresh_requests(
     plan: BackfillPlan,
-    asset_graph: Any,
+    asset_graph: AssetGraphLike,
     *,
     only: Collection[str] | None = None,
     skip: Collection[str] = (),

@@ -19,6 +19,7 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets.errors import ExecutionRefused, SwapRefused
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import BackfillPlan
 from backfill_assets.lib.states import PlanStatus
 from backfill_assets.lib.table import BackfillableTable
@@ -61,7 +62,7 @@ def swap_blockers(instance: dg.DagsterInstance, plan: BackfillPlan) -> str | Non
 def prepare_downstream(
     instance: dg.DagsterInstance,
     table: BackfillableTable,
-    graph: Any,
+    graph: AssetGraphLike,
     wh: Warehouse,
     dbt: Any,
     config: DbtDownstream,

@@ -536,7 +536,7 @@ def _cli(r: dict[str, Any]) -> list[str]:
         "(all that `list` and `pause` need). `import location` is a fresh interpreter importing "
         "the example's definitions (Dagster, dagster-dbt and dbt): what `run`, `swap` and "
         "`rollback` pay first, and the other commands only when the location's snapshot is not "
-        "current (backfill_assets/cli/snapshot.py). The first command before the rounds "
+        "current (backfill_assets/location/snapshot.py). The first command before the rounds "
         f"(`doctor`, untimed in the rounds) imported it and wrote the snapshot: "
         f"{_f(r.get('first_command_s', float('nan')), 2)} s.",
         "",

@@ -14,10 +14,10 @@ same rounds:
 A round plans a new week, approves the plan file, asks its status and lists the plans (timed),
 then abandons the plan (untimed), so the next round's approval finds the table free.
 
-The commands read the code location's snapshot (backfill_assets/cli/snapshot.py) once one command
-has imported it: before the rounds, one untimed `doctor` does, as an operator's first command
-after a deploy or an edit would; its time is reported as `first command` (no goal), and the
-rounds measure the commands an operator runs after it.
+The commands read the code location's snapshot (backfill_assets/location/snapshot.py) once one
+command has imported it: before the rounds, one untimed `doctor` does, as an operator's first
+command after a deploy or an edit would; its time is reported as `first command` (no goal), and
+the rounds measure the commands an operator runs after it.
 """
 
 from __future__ import annotations

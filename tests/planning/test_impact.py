@@ -7,13 +7,14 @@ import datetime as dt
 
 import dagster as dg
 
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.impact import downstream_impact
 
 DAILY = dg.DailyPartitionsDefinition(start_date="2024-01-01")
 WEEKLY = dg.WeeklyPartitionsDefinition(start_date="2024-01-01", day_offset=1)
 
 
-def _graph(*specs: dg.AssetSpec) -> object:
+def _graph(*specs: dg.AssetSpec) -> AssetGraphLike:
     return dg.Definitions(assets=list(specs)).resolve_asset_graph()
 
 

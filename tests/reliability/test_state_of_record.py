@@ -28,8 +28,7 @@ import dagster as dg
 import pytest
 import yaml
 
-import backfill_assets.cli as cli
-from backfill_assets.cli import main
+from backfill_assets.cli import common, main
 from backfill_assets.constants import PLANS_ASSET
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.planning.plan import BackfillPlan
@@ -160,7 +159,7 @@ def days(plan: BackfillPlan) -> list[dt.date]:
 def test_a_crash_between_the_warehouse_and_the_instance_leaves_every_command_telling_the_truth(
     defs, instance, history, capsys, monkeypatch, tmp_path, backend
 ):
-    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    monkeypatch.setattr(common, "_now", lambda: NOW)
     run = Cli(capsys)
     wh = history
     old = target(wh)
@@ -246,7 +245,7 @@ def test_a_crash_between_the_warehouse_and_the_instance_leaves_every_command_tel
 def test_a_reported_or_wiped_plan_record_costs_a_swapped_plan_nothing(
     defs, instance, history, capsys, monkeypatch, tmp_path, backend
 ):
-    monkeypatch.setattr(cli, "_now", lambda: NOW)
+    monkeypatch.setattr(common, "_now", lambda: NOW)
     run = Cli(capsys)
     wh = history
     old = target(wh)

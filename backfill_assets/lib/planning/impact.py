@@ -15,6 +15,7 @@ from typing import Any, Literal
 import dagster as dg
 
 from backfill_assets.constants import DOWNSTREAM_DBT_METADATA_KEY
+from backfill_assets.lib.asset_graph import AssetGraphLike
 from backfill_assets.lib.planning.plan import ImpactedAsset
 
 ALL: Literal["all"] = "all"
@@ -35,7 +36,7 @@ def _kind(node: Any, published: bool) -> str:
     return f"dbt {materialized}" if materialized else "dbt"
 
 
-def _downstream_in_order(asset_graph: Any, target_key: Any) -> list[Any]:
+def _downstream_in_order(asset_graph: AssetGraphLike, target_key: Any) -> list[Any]:
     """The target's downstream assets in topological order: by depth below the target (the
     longest path), then by key. Walks only the downstream subgraph: Dagster's
     `toposorted_asset_keys` sorts the whole graph, most of a plan's time at 10,000 assets."""
@@ -69,7 +70,7 @@ def _downstream_in_order(asset_graph: Any, target_key: Any) -> list[Any]:
 
 
 def downstream_impact(
-    asset_graph: Any,
+    asset_graph: AssetGraphLike,
     target: str,
     days: Iterable[dt.date],
     exclude: Iterable[str] = (),

@@ -38,14 +38,16 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import dagster as dg
 
-    from backfill_assets.cli.location import LocationSpec
+    from backfill_assets.lib.asset_graph import AssetGraphLike
     from backfill_assets.lib.table import BackfillableTable
+    from backfill_assets.location.loader import LocationSpec
 
 FORMAT = 1
 CACHE_ENV = "BACKFILL_ASSETS_CACHE_DIR"
@@ -78,7 +80,7 @@ class LocationView:
     """
 
     tables: dict[str, BackfillableTable]
-    graph: Any
+    graph: AssetGraphLike
     daily_job_problems: list[str]
     warehouse: Any  # the `backfill_warehouse` resource, or None
     defs: dg.Definitions | None = None
@@ -467,7 +469,7 @@ class _NotLoaded:
 
         raise BackfillError(
             f"{self._table}'s build {self.__name__} was not imported: this command read the "
-            "code location's snapshot (backfill_assets/cli/snapshot.py)"
+            "code location's snapshot (backfill_assets/location/snapshot.py)"
         )
 
 
@@ -553,11 +555,11 @@ def _table_from(data: Mapping[str, Any]) -> BackfillableTable:
 
 @dataclass(frozen=True)
 class _Node:
-    key: Any
-    partitions_def: Any
-    parent_keys: frozenset[Any]
-    child_keys: frozenset[Any]
-    partition_mappings: Mapping[Any, Any]
+    key: dg.AssetKey
+    partitions_def: dg.PartitionsDefinition | None
+    parent_keys: frozenset[dg.AssetKey]
+    child_keys: frozenset[dg.AssetKey]
+    partition_mappings: Mapping[dg.AssetKey, dg.PartitionMapping]
     metadata: Mapping[str, Any]
     tags: Mapping[str, str]
 
@@ -565,35 +567,57 @@ class _Node:
 class SnapshotGraph:
     """The part of an asset graph the impact set reads (`lib/planning/impact.py`): the tables
     and everything downstream of them, with each edge's partition mapping as Dagster resolved
-    it when the location was imported."""
+    it when the location was imported. An `AssetGraphLike` (lib/asset_graph.py), as Dagster's
+    own graph is."""
 
     def __init__(self, nodes: Mapping[str, Any], all_assets: list[str]) -> None:
         import dagster as dg
 
         key = dg.AssetKey.from_user_string
         self._all = [key(k) for k in all_assets]
-        self._nodes: dict[Any, _Node] = {}
+        self._nodes: dict[dg.AssetKey, _Node] = {}
         for name, n in nodes.items():
             self._nodes[key(name)] = _Node(
                 key=key(name),
                 partitions_def=_partitions_from(n["partitions"]),
                 parent_keys=frozenset(key(p) for p in n["parents"]),
                 child_keys=frozenset(key(c) for c in n["children"]),
-                partition_mappings={
-                    key(p): dg.deserialize_value(m) for p, m in n["mappings"].items()
+                partition_mappings={  # each serialized from a PartitionMapping (`_mapping`)
+                    key(p): cast("dg.PartitionMapping", dg.deserialize_value(m))
+                    for p, m in n["mappings"].items()
                 },
                 metadata=dict(n["metadata"]),
                 tags=dict(n["tags"]),
             )
 
-    def get_all_asset_keys(self) -> list[Any]:
+    def get_all_asset_keys(self) -> list[dg.AssetKey]:
         return list(self._all)
 
-    def has(self, key: Any) -> bool:
+    def has(self, key: dg.AssetKey) -> bool:
         return key in self._nodes
 
-    def get(self, key: Any) -> _Node:
+    def get(self, key: dg.AssetKey) -> _Node:
         return self._nodes[key]
 
-    def get_partition_mapping(self, key: Any, parent: Any) -> Any:
+    def get_partition_mapping(self, key: dg.AssetKey, parent: dg.AssetKey) -> dg.PartitionMapping:
         return self._nodes[key].partition_mappings[parent]
+
+    @cached_property
+    def toposorted_asset_keys(self) -> list[dg.AssetKey]:
+        """The assets it holds, parents first: level by level from those with no parent here,
+        each level by key, as Dagster orders a whole graph (an asset's dependency on its own
+        earlier partitions is no edge)."""
+        waiting = {k: len(n.parent_keys & self._nodes.keys() - {k}) for k, n in self._nodes.items()}
+        level = sorted(k for k, n in waiting.items() if n == 0)
+        order: list[dg.AssetKey] = []
+        while level:
+            order.extend(level)
+            ready = []
+            for key in level:
+                for child in self._nodes[key].child_keys - {key}:
+                    if child in waiting:
+                        waiting[child] -= 1
+                        if waiting[child] == 0:
+                            ready.append(child)
+            level = sorted(ready)
+        return order

@@ -19,6 +19,10 @@ from typing import Any
 
 import dagster as dg
 
+# What `@dg.definitions` returns. Dagster exports the decorator but not the class of what it
+# returns, and a module's `defs` may be either; this module alone imports it.
+from dagster.components.definitions import LazyDefinitions
+
 from backfill_assets.errors import InvalidInput
 
 HINT = (
@@ -178,8 +182,8 @@ def _import(spec: LocationSpec) -> ModuleType:
 def _definitions(value: Any, what: str) -> dg.Definitions:
     if isinstance(value, dg.Definitions):
         return value
-    if callable(value) and type(value).__name__ == "LazyDefinitions":
-        if getattr(value, "has_context_arg", False):
+    if isinstance(value, LazyDefinitions):
+        if value.has_context_arg:
             raise InvalidInput(
                 f"{what} needs a ComponentLoadContext; give the CLI a module whose defs take "
                 "no arguments"
@@ -206,9 +210,7 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
         defs = _definitions(module.defs, f"{spec.describe()}'s defs")
     else:
         found = [
-            v
-            for v in vars(module).values()
-            if isinstance(v, dg.Definitions) or type(v).__name__ == "LazyDefinitions"
+            v for v in vars(module).values() if isinstance(v, dg.Definitions | LazyDefinitions)
         ]
         if len(found) != 1:
             raise InvalidInput(
@@ -220,13 +222,13 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
 
 
 def load_location(spec: LocationSpec, *, snapshot_ok: bool) -> Any:
-    """What the commands read from the location `spec` (a `cli.snapshot.LocationView`).
+    """What the commands read from the location `spec` (a `snapshot.LocationView`).
 
     `snapshot_ok`: the command needs no jobs or Definitions of its own (plan, approve, status,
     ...), so the location's snapshot serves while it is current; else, and when it is not, the
     location is imported (once per process) and its snapshot written again.
     """
-    from backfill_assets.cli import snapshot
+    from backfill_assets.location import snapshot
 
     if snapshot_ok:
         view = snapshot.load(spec)
