@@ -22,7 +22,8 @@ import pytest
 
 from backfill_assets.lib.planning.impact import downstream_impact
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
-from backfill_assets.location import snapshot
+from backfill_assets.location import encoding, snapshot
+from backfill_assets.location.view import LocationView, view_of
 from tests.test_adoption import PROJECT, REPO, seed
 
 # The console script's own entry point, then whether the location's module was imported.
@@ -190,9 +191,9 @@ def test_the_shell_s_own_variables_do_not_count(project):
 # -- the snapshot's lineage answers as the asset graph does ------------------------------------
 
 
-def _roundtrip(defs: dg.Definitions) -> snapshot.LocationView:
-    view = snapshot.view_of(defs)
-    return snapshot._view_from(json.loads(json.dumps(snapshot._describe(view))))
+def _roundtrip(defs: dg.Definitions) -> LocationView:
+    view = view_of(defs)
+    return encoding.view_from(json.loads(json.dumps(encoding.describe(view))))
 
 
 RANGES = [
@@ -204,7 +205,7 @@ RANGES = [
 
 
 def test_the_impact_from_the_snapshot_equals_the_asset_graph_s_for_the_example(defs):
-    view = snapshot.view_of(defs)
+    view = view_of(defs)
     back = _roundtrip(defs)
     assert back.tables == view.tables  # the example's builds are SQL: equal, field by field
     assert back.daily_job_problems == view.daily_job_problems == []
@@ -223,7 +224,7 @@ def test_the_snapshot_orders_its_assets_parents_first_as_the_asset_graph_does(de
     # refresh sorts its runs by included.
     graph = _roundtrip(defs).graph
     order = graph.toposorted_asset_keys
-    real = [k for k in snapshot.view_of(defs).graph.toposorted_asset_keys if graph.has(k)]
+    real = [k for k in view_of(defs).graph.toposorted_asset_keys if graph.has(k)]
     assert sorted(order) == sorted(real) and len(order) > 1
     seen: set[dg.AssetKey] = set()
     for key in order:
@@ -245,7 +246,7 @@ def test_definitions_whose_lineage_cannot_be_written_down_are_not_cached(
     monkeypatch.setenv(snapshot.CACHE_ENV, str(tmp_path / "cache"))
     spec = LocationSpec(module="backfill_assets.example.definitions", working_directory="/x")
     key = snapshot.context_key(spec)
-    assert snapshot.store(spec, key, snapshot.view_of(merged), snapshot.Reads()) is None
+    assert snapshot.store(spec, key, view_of(merged), snapshot.Reads()) is None
     assert snapshot.load(spec) is None
-    assert snapshot.store(spec, key, snapshot.view_of(defs), snapshot.Reads()) is not None
+    assert snapshot.store(spec, key, view_of(defs), snapshot.Reads()) is not None
     assert snapshot.load(spec) is not None

@@ -222,23 +222,24 @@ def load_definitions(spec: LocationSpec) -> dg.Definitions:
 
 
 def load_location(spec: LocationSpec, *, snapshot_ok: bool) -> Any:
-    """What the commands read from the location `spec` (a `snapshot.LocationView`).
+    """What the commands read from the location `spec` (a `view.LocationView`).
 
     `snapshot_ok`: the command needs no jobs or Definitions of its own (plan, approve, status,
     ...), so the location's snapshot serves while it is current; else, and when it is not, the
     location is imported (once per process) and its snapshot written again.
     """
     from backfill_assets.location import snapshot
+    from backfill_assets.location.view import view_of
 
     if snapshot_ok:
         view = snapshot.load(spec)
         if view is not None:
             return view
     if spec in _LOADED:
-        return snapshot.view_of(_LOADED[spec])
+        return view_of(_LOADED[spec])
     key = snapshot.context_key(spec)
     with snapshot.recording() as reads:
         defs = load_definitions(spec)
-    view = snapshot.view_of(defs)
+    view = view_of(defs)
     snapshot.store(spec, key, view, reads)
     return view
