@@ -26,9 +26,13 @@ from backfill_assets.location import encoding, snapshot
 from backfill_assets.location.view import LocationView, view_of
 from tests.test_adoption import PROJECT, REPO, seed
 
-# The console script's own entry point, then whether the location's module was imported.
+# The console script's own entry point, then whether the location's module was imported. The
+# commands' clock is fixed: two plans made a minute apart differ in their first batch's slot
+# (the next minute inside the window), and the tests compare the plans of two commands.
 PROBE = (
-    "import sys\n"
+    "import datetime as dt, sys\n"
+    "import backfill_assets.cli.common as common\n"
+    "common._now = lambda: dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)\n"
     "from backfill_assets.cli import main\n"
     "rc = main(sys.argv[2:])\n"
     "print('IMPORTED' if sys.argv[1] in sys.modules else 'SNAPSHOT', file=sys.stderr)\n"
