@@ -16,7 +16,8 @@ from psycopg.rows import TupleRow
 from backfill_assets.constants import METADATA_SCHEMA
 from backfill_assets.errors import WarehouseError
 from backfill_assets.lib.warehouse.dialects import transpile
-from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
+from backfill_assets.lib.warehouse.identifiers import validate_ident
+from backfill_assets.lib.warehouse.postgres.idents import ident
 from backfill_assets.lib.warehouse.shared import WarehouseBase
 
 Connection = psycopg.Connection[TupleRow]
@@ -151,7 +152,7 @@ class PostgresConnection(WarehouseBase):
             yield con if found and found[0] else None
 
     def _q(self, name: str) -> str:
-        return f"{quote_ident(self.schema)}.{quote_ident(name)}"
+        return ident(self.schema, name)
 
     def _exists(self, con: Connection, name: str) -> bool:
         row = _x(con, "SELECT to_regclass(%(n)s) IS NOT NULL", {"n": self._q(name)}).fetchone()

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
 from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
-from backfill_assets.lib.warehouse.identifiers import quote_ident, validate_ident
+from backfill_assets.lib.warehouse.identifiers import validate_ident
 from backfill_assets.lib.warehouse.postgres.connection import M, _x
+from backfill_assets.lib.warehouse.postgres.idents import ident
 from backfill_assets.lib.warehouse.postgres.meta import base_type, hashable
 from backfill_assets.lib.warehouse.predicates import render_predicate
 
@@ -45,7 +46,7 @@ def _key_hash(spec: TableSpec, pc: str) -> str:
     pk = spec.primary_key
     if len(pk) == 1 and base_type(spec, pk[0]) in _INTEGER_TYPES:
         day = f"(x.{pc} - DATE '2000-01-01')::bigint"
-        return f"hashint8extended(x.{quote_ident(pk[0])}::bigint, {seed} # {day})"
+        return f"hashint8extended(x.{ident(pk[0])}::bigint, {seed} # {day})"
     keys = [hashable(spec, c, "x.") for c in (*pk, spec.partition_column)]
     return _hash(keys, seed)
 
@@ -73,8 +74,8 @@ def gate_inputs(
     # Sent with parameters: a literal % (modulo) is doubled for psycopg.
     preds = {k: _pg(render_predicate(v, cols, "postgres")) for k, v in changed_predicates.items()}
     invs = {k: _pg(render_predicate(v, cols, "postgres")) for k, v in invariants.items()}
-    pc = quote_ident(spec.partition_column)
-    pk = [quote_ident(c) for c in spec.primary_key]
+    pc = ident(spec.partition_column)
+    pk = [ident(c) for c in spec.primary_key]
     shadow, live = wh._q(spec.shadow_name), wh._q(spec.name)
     rng = {"s": start, "e": end}
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
@@ -104,7 +105,7 @@ def gate_inputs(
     # 3. Source rows per partition.
     source_sql = None
     if spec.source is not None:
-        spc = quote_ident(spec.source.partition_column)
+        spc = ident(spec.source.partition_column)
         source_sql = (
             f"SELECT {spc}, count(*) FROM {wh._q(spec.source.table)} "
             f"WHERE {spc} >= %(s)s AND {spc} < %(e)s GROUP BY 1"

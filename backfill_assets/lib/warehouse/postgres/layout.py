@@ -8,8 +8,9 @@ from backfill_assets.constants import BACKUP_INFIX, WEEK_INFIX, YEAR_INFIX
 from backfill_assets.errors import InvalidInput, WarehouseError
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.dialects import column_type
-from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
+from backfill_assets.lib.warehouse.identifiers import validate_ident
 from backfill_assets.lib.warehouse.postgres.connection import Connection, M, _x
+from backfill_assets.lib.warehouse.postgres.idents import ident, ident_list
 from backfill_assets.lib.warehouse.postgres.meta import PostgresMeta
 
 BOUND = "backfill_week_bound"  # the CHECK constraint every week table carries
@@ -77,7 +78,7 @@ class PostgresLayout(PostgresMeta):
         _x(
             con,
             f"CREATE TABLE {self._q(year)} (LIKE {self._q(spec.name)} INCLUDING DEFAULTS "
-            f"INCLUDING INDEXES) PARTITION BY RANGE ({quote_ident(spec.partition_column)})",
+            f"INCLUDING INDEXES) PARTITION BY RANGE ({ident(spec.partition_column)})",
         )
         _x(
             con,
@@ -133,7 +134,7 @@ class PostgresLayout(PostgresMeta):
         self._ensure_meta(con)
         if not (self._exists(con, spec.name) and self._exists(con, spec.shadow_name)):
             cols = self._ddl_columns(spec)
-            pc = quote_ident(spec.partition_column)
+            pc = ident(spec.partition_column)
             for base in (spec.name, spec.shadow_name):
                 _x(
                     con,
@@ -142,14 +143,13 @@ class PostgresLayout(PostgresMeta):
                 )
                 _x(
                     con,
-                    f"CREATE INDEX IF NOT EXISTS {quote_ident(base + '__key')} "
-                    f"ON {self._q(base)} ({column_list(spec.primary_key)})",
+                    f"CREATE INDEX IF NOT EXISTS {ident(base + '__key')} "
+                    f"ON {self._q(base)} ({ident_list(spec.primary_key)})",
                 )
                 # A week holds seven days: a reader of one day reads its index, not the week.
                 _x(
                     con,
-                    f"CREATE INDEX IF NOT EXISTS {quote_ident(base + '__day')} "
-                    f"ON {self._q(base)} ({pc})",
+                    f"CREATE INDEX IF NOT EXISTS {ident(base + '__day')} ON {self._q(base)} ({pc})",
                 )
         self._refuse_unpartitioned(con, spec)
 
@@ -173,7 +173,7 @@ class PostgresLayout(PostgresMeta):
     @staticmethod
     def _ddl_columns(spec: TableSpec) -> str:
         return ", ".join(
-            f"{quote_ident(c.name)} {column_type(c.sql_type, 'postgres')}" for c in spec.columns
+            f"{ident(c.name)} {column_type(c.sql_type, 'postgres')}" for c in spec.columns
         )
 
     def _create_week(
@@ -186,7 +186,7 @@ class PostgresLayout(PostgresMeta):
         the attaching to the caller (`_load_fresh_week`)."""
         name = self._week_table(parent, monday)
         nxt = monday + dt.timedelta(days=7)
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         _x(
             con,
             f"CREATE TABLE {self._q(name)} (LIKE {self._q(spec.name)} INCLUDING DEFAULTS "

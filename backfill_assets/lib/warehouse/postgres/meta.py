@@ -16,7 +16,6 @@ from backfill_assets.lib.warehouse.base import (
     PartitionMove,
     rows_of,
 )
-from backfill_assets.lib.warehouse.identifiers import quote_ident
 from backfill_assets.lib.warehouse.postgres.connection import (
     Connection,
     M,
@@ -24,6 +23,7 @@ from backfill_assets.lib.warehouse.postgres.connection import (
     _x,
     _xm,
 )
+from backfill_assets.lib.warehouse.postgres.idents import ident
 
 # The row hash of checksums and fingerprints, XORed over a partition (order-independent): each
 # column's own hash function, faster than hashing the row's text.
@@ -46,7 +46,7 @@ def base_type(spec: TableSpec, column: str) -> str:
 
 def hashable(spec: TableSpec, column: str, prefix: str = "") -> str:
     """`column` as a row hash takes it: itself, or its text when its type has no hash."""
-    ref = f"{prefix}{quote_ident(column)}"
+    ref = f"{prefix}{ident(column)}"
     return ref if base_type(spec, column) in _HASHABLE else f"({ref})::text"
 
 
@@ -140,7 +140,7 @@ class PostgresMeta(PostgresConnection):
         needs it to exist already)."""
         row = _x(con, "SELECT to_regnamespace(%(s)s) IS NULL", {"s": self.schema}).fetchone()
         if row and row[0]:
-            _x(con, f"CREATE SCHEMA IF NOT EXISTS {quote_ident(self.schema)}")
+            _x(con, f"CREATE SCHEMA IF NOT EXISTS {ident(self.schema)}")
 
     def _meta_complete(self, con: Connection) -> bool:
         """Whether the warehouse schema and every coordination table and column exist (those
@@ -228,7 +228,7 @@ class PostgresMeta(PostgresConnection):
     def _checksums(
         self, con: Connection, relation: str, spec: TableSpec, start: dt.date, end: dt.date
     ) -> dict[dt.date, str]:
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         where = f"{self._q(relation)} WHERE {pc} >= %(s)s AND {pc} < %(e)s"
         return self._checksums_of(con, spec, where, {"s": start, "e": end})
 
@@ -236,7 +236,7 @@ class PostgresMeta(PostgresConnection):
         self, con: Connection, spec: TableSpec, rows_sql: str, params: Any = None
     ) -> dict[dt.date, str]:
         """Rows and the XOR of row hashes per partition of `FROM {rows_sql}`."""
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         rows = _x(
             con,
             f"SELECT {pc}, count(*), bit_xor({_row_hash(spec, spec.column_names)}) "
@@ -251,7 +251,7 @@ class PostgresMeta(PostgresConnection):
         """`_checksums` of the weeks just written, each read from its own table: a whole week
         without a filter, which the planner sizes from the table (not yet analyzed, a filter on
         it is guessed at a few hundred rows) and reads with the server's cores."""
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         parts = []
         for w0, w1 in iso_weeks(start, end):
             week = self._q(self._week_table(base, w0))

@@ -29,8 +29,9 @@ from backfill_assets.lib.warehouse.base import (
     refuse_abandon,
     rows_of,
 )
-from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident, validate_ident
+from backfill_assets.lib.warehouse.identifiers import validate_ident
 from backfill_assets.lib.warehouse.postgres.connection import Connection, M, _LockWait, _x, _xm
+from backfill_assets.lib.warehouse.postgres.idents import ident, ident_list
 from backfill_assets.lib.warehouse.postgres.layout import PostgresLayout
 from backfill_assets.lib.warehouse.shared.coordination import utcnow
 
@@ -126,19 +127,8 @@ class PostgresSwap(PostgresLayout):
                 {"t": key},
             ).fetchone()
             state = self._swap_state(con, spec.name, plan_id)
-            if state == "swapped":
+            if not self._may_swap(spec.name, plan_id, state, holder[0] if holder else None):
                 return None
-            if state is not None:
-                raise SwapRefused(
-                    f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
-                    "to write this range again"
-                )
-            if holder is None or holder[0] != plan_id:
-                raise SwapRefused(
-                    f"plan {plan_id} does not hold {spec.name}"
-                    + (f" (plan {holder[0]} does)" if holder and holder[0] else " (no plan does)")
-                    + "; approve it first, and only one plan per table at a time"
-                )
             logged = self._check_versions(con, spec, plan_id, days)
             by_week: dict[str, list[dt.date]] = defaultdict(list)
             for d in days:
@@ -146,8 +136,8 @@ class PostgresSwap(PostgresLayout):
             live = self._week_tables(con, spec.name)
             shadow = self._week_tables(con, spec.shadow_name)
             outs = self._recorded(con, spec.name, days)
-            pc = quote_ident(spec.partition_column)
-            cols = column_list(spec.column_names)
+            pc = ident(spec.partition_column)
+            cols = ident_list(spec.column_names)
             now = utcnow()
             backup_base = self._backup_base(spec, plan_id)
             partitions: dict[dt.date, PartitionMove] = {}
@@ -202,16 +192,16 @@ class PostgresSwap(PostgresLayout):
                 if week in live:
                     self._detach(con, self._parent_of(con, live[week]), live[week])
                     backup = self._week_table(backup_base, monday)
-                    _x(con, f"ALTER TABLE {self._q(live[week])} RENAME TO {quote_ident(backup)}")
+                    _x(con, f"ALTER TABLE {self._q(live[week])} RENAME TO {ident(backup)}")
                 name = self._week_table(spec.name, monday)
-                _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {quote_ident(name)}")
+                _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {ident(name)}")
                 self._attach(con, self._week_parent(con, spec, monday), name, monday)
             # Then each companion (ACCESS EXCLUSIVE on it until COMMIT): live -> backup,
             # shadow -> live.
             for c, backup, had_live in published:
                 if had_live:
-                    _x(con, f"ALTER TABLE {self._q(c.live)} RENAME TO {quote_ident(backup)}")
-                _x(con, f"ALTER TABLE {self._q(c.shadow)} RENAME TO {quote_ident(c.live)}")
+                    _x(con, f"ALTER TABLE {self._q(c.live)} RENAME TO {ident(backup)}")
+                _x(con, f"ALTER TABLE {self._q(c.shadow)} RENAME TO {ident(c.live)}")
         return partitions, len(by_week), tuple(c.live for c, _, _ in published)
 
     def _plan_companions(
@@ -297,8 +287,8 @@ class PostgresSwap(PostgresLayout):
             restored = dict(swapped)
             days = [d for _, r0, r1, _, _ in log for d in day_range(r0, r1)]
             current = self._recorded(con, spec.name, days)
-            pc = quote_ident(spec.partition_column)
-            cols = column_list(spec.column_names)
+            pc = ident(spec.partition_column)
+            cols = ident_list(spec.column_names)
             now = utcnow()
             partitions: dict[dt.date, PartitionMove] = {}
             moves: list[tuple[str, str | None, str, dt.date]] = []
@@ -346,14 +336,14 @@ class PostgresSwap(PostgresLayout):
                     self._detach(con, self._parent_of(con, cur), cur)
                     _x(con, f"DROP TABLE {self._q(cur)}")
                 name = self._week_table(spec.name, monday)
-                _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {quote_ident(name)}")
+                _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {ident(name)}")
                 self._attach(con, self._week_parent(con, spec, monday), name, monday)
             # Then each companion: the published table dropped, its backup renamed back.
             for live_name, bk_name, had_live, exists in companion_moves:
                 if exists:
                     _x(con, f"DROP TABLE {self._q(live_name)}")
                 if had_live:
-                    _x(con, f"ALTER TABLE {self._q(bk_name)} RENAME TO {quote_ident(live_name)}")
+                    _x(con, f"ALTER TABLE {self._q(bk_name)} RENAME TO {ident(live_name)}")
         return partitions, len(log), tuple(m[0] for m in companion_moves)
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:

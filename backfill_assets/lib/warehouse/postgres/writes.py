@@ -21,8 +21,8 @@ from backfill_assets.lib.warehouse.base import (
     rows_of,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
-from backfill_assets.lib.warehouse.identifiers import column_list, quote_ident
 from backfill_assets.lib.warehouse.postgres.connection import Connection, _x, _xm
+from backfill_assets.lib.warehouse.postgres.idents import ident, ident_list
 from backfill_assets.lib.warehouse.postgres.layout import PostgresLayout
 from backfill_assets.lib.warehouse.shared.coordination import utcnow
 
@@ -59,8 +59,8 @@ class PostgresWrites(PostgresLayout):
         if end <= start:
             return {}
         base = spec.shadow_name if shadow else spec.name
-        pc = quote_ident(spec.partition_column)
-        cols = column_list(spec.column_names)
+        pc = ident(spec.partition_column)
+        cols = ident_list(spec.column_names)
         rng = {"start": start, "end": end}
         select = sql_for(build, "postgres") if isinstance(build, str | Mapping) else None
         with self.transaction() as con:
@@ -119,7 +119,7 @@ class PostgresWrites(PostgresLayout):
         ).fetchall()
         for index, _ in indexes:
             _x(con, f"DROP INDEX {index}")
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         _x(
             con,
             f"INSERT INTO {self._q(name)} ({cols}) SELECT {cols} FROM ({select}) AS build "
@@ -135,7 +135,7 @@ class PostgresWrites(PostgresLayout):
     ) -> None:
         import pandas as pd
 
-        copy_sql = f"COPY {self._q(table)} ({column_list(columns)}) FROM STDIN"
+        copy_sql = f"COPY {self._q(table)} ({ident_list(columns)}) FROM STDIN"
         with con.cursor().copy(cast("LiteralString", copy_sql)) as copy:
             for row in frame[list(columns)].itertuples(index=False, name=None):
                 copy.write_row([None if _is_missing(v, pd) else _plain(v) for v in row])
@@ -179,8 +179,8 @@ class PostgresWrites(PostgresLayout):
     ) -> int:
         """Replace days [start, end) of a plain table atomically: a SELECT (DuckDB dialect,
         transpiled) run once per day with `$day` bound, or a DataFrame of those days."""
-        qt, pc = self._q(table), quote_ident(partition_column)
-        ddl = ", ".join(f"{quote_ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
+        qt, pc = self._q(table), ident(partition_column)
+        ddl = ", ".join(f"{ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
         names = [n for n, _ in columns]
         rng = {"s": start, "e": end}
         with self.transaction() as con:
@@ -189,14 +189,14 @@ class PostgresWrites(PostgresLayout):
                 _x(con, f"CREATE TABLE IF NOT EXISTS {qt} ({ddl})")
                 # Every landing deletes and counts days, and the gates count a batch's days:
                 # without it each of those reads the whole table.
-                _x(con, f"CREATE INDEX IF NOT EXISTS {quote_ident(table + '__day')} ON {qt} ({pc})")
+                _x(con, f"CREATE INDEX IF NOT EXISTS {ident(table + '__day')} ON {qt} ({pc})")
             _x(con, f"DELETE FROM {qt} WHERE {pc} >= %(s)s AND {pc} < %(e)s", rng)
             if isinstance(select_sql, str):
                 sql = transpile(select_sql, "postgres")
                 for day in day_range(start, end):
                     _x(
                         con,
-                        f"INSERT INTO {qt} ({column_list(names)}) SELECT {column_list(names)} "
+                        f"INSERT INTO {qt} ({ident_list(names)}) SELECT {ident_list(names)} "
                         f"FROM ({sql}) AS src",
                         {**(params or {}), "day": day},
                     )
@@ -212,7 +212,7 @@ class PostgresWrites(PostgresLayout):
     ) -> None:
         """Replace a small reference table (e.g. FX rates) in one transaction."""
         qt = self._q(table)
-        ddl = ", ".join(f"{quote_ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
+        ddl = ", ".join(f"{ident(n)} {column_type(t, 'postgres')}" for n, t in columns)
         marks = ", ".join("%s" for _ in columns)
         with self.transaction() as con:
             self._ensure_schema(con)
@@ -227,13 +227,13 @@ class PostgresWrites(PostgresLayout):
         None: it plans, or the tables it reads do not exist yet, or the server is unreachable
         (nothing can be judged then)."""
         sql = sql_for(build, "postgres")
-        pc = quote_ident(spec.partition_column)
+        pc = ident(spec.partition_column)
         day = dt.date(2000, 1, 3)
         try:
             with self.connect(read_only=True) as con:
                 _x(
                     con,
-                    f"EXPLAIN SELECT {column_list(spec.column_names)} FROM ({sql}) AS build "
+                    f"EXPLAIN SELECT {ident_list(spec.column_names)} FROM ({sql}) AS build "
                     f"WHERE {pc} >= %(start)s AND {pc} < %(end)s",
                     {"start": day, "end": day + dt.timedelta(days=1)},
                 )
