@@ -68,20 +68,8 @@ class DuckDBSwap(DuckDBLayout):
         with self.transaction(checkpoint=False) as con:
             rows_table = self._ensure(con, spec)
             state = self._swap_state(con, spec.name, plan_id)
-            if state == "swapped":
+            if not self._may_swap(spec.name, plan_id, state, self._active_plan(con, spec.name)):
                 return SwapResult(plan_id, "already_swapped", {}, 0, time.perf_counter() - t0)
-            if state is not None:
-                raise SwapRefused(
-                    f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
-                    "to write this range again"
-                )
-            holder = self._active_plan(con, spec.name)
-            if holder != plan_id:
-                raise SwapRefused(
-                    f"plan {plan_id} does not hold {spec.name}"
-                    + (f" (plan {holder} does)" if holder else " (no plan does)")
-                    + "; approve it first, and only one plan per table at a time"
-                )
             ins = self._check_versions(con, spec, plan_id, days)
             outs = self._recorded(con, spec.name, days)
             by_week: dict[str, list[dt.date]] = defaultdict(list)

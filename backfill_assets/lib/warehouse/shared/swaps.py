@@ -91,6 +91,25 @@ class SwapBook(Hooks):
         )
         return dict(rows)
 
+    @staticmethod
+    def _may_swap(table: str, plan_id: str, state: str | None, holder: str | None) -> bool:
+        """Whether the plan's swap goes ahead (False: it already happened, nothing to do), given
+        its state in the swap log and the plan holding the table's claim; refused otherwise."""
+        if state == "swapped":
+            return False
+        if state is not None:
+            raise SwapRefused(
+                f"plan {plan_id} was already swapped and then {state}; plan a new backfill "
+                "to write this range again"
+            )
+        if holder != plan_id:
+            raise SwapRefused(
+                f"plan {plan_id} does not hold {table}"
+                + (f" (plan {holder} does)" if holder else " (no plan does)")
+                + "; approve it first, and only one plan per table at a time"
+            )
+        return True
+
     def _check_versions(
         self, con: Any, spec: TableSpec, plan_id: str, days: list[dt.date]
     ) -> dict[dt.date, str]:
