@@ -42,25 +42,27 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-# The longest test files, longest first (seconds per file, `--durations` of a CI run on
-# 2026-12-01). `make test` runs files on two workers (`--dist loadfile --no-loadscope-reorder`)
-# in collection order; starting the longest ones first keeps one worker from running the UI
-# file alone at the end while the other sits idle. Only the order matters; files not listed
-# follow in their usual order.
+# The longest test files, longest first (seconds per file, `--durations` of a clean-clone
+# `make test` on 2026-12-05). `make test` runs files on two workers (`--dist loadfile
+# --no-loadscope-reorder`) in collection order; starting the longest ones first keeps one worker
+# from running the UI file alone at the end while the other sits idle. Only the order matters;
+# files not listed follow in their usual order.
 LONGEST_FIRST = (
-    "tests/ui/test_dagster_ui.py",  # ~340 s
-    "tests/e2e/test_daemon.py",  # ~260 s
-    "tests/test_demo.py",  # ~255 s
-    "tests/test_bench_smoke.py",  # ~230 s
-    "tests/test_downstream.py",  # ~220 s
-    "tests/reliability/test_writers.py",  # ~205 s
-    "tests/test_adoption.py",  # ~140 s
-    "tests/e2e/test_adoption_ui.py",  # ~115 s
-    "tests/e2e/test_daemon_postgres.py",  # ~100 s
-    "tests/test_cli_output.py",  # ~100 s
-    "tests/e2e/test_restart.py",  # ~90 s
-    "tests/test_stale.py",  # ~85 s
-    "tests/reliability/test_crashes.py",  # ~75 s
+    "tests/ui/test_dagster_ui.py",  # ~500 s
+    "tests/test_demo.py",  # ~400 s
+    "tests/e2e/test_daemon.py",  # ~390 s
+    "tests/test_bench_smoke.py",  # ~290 s
+    "tests/test_downstream.py",  # ~285 s
+    "tests/reliability/test_writers.py",  # ~225 s
+    "tests/e2e/test_adoption_ui.py",  # ~170 s
+    "tests/test_adoption.py",  # ~115 s
+    "tests/e2e/test_daemon_postgres.py",  # ~110 s
+    "tests/test_cli_snapshot.py",  # ~110 s
+    "tests/e2e/test_restart.py",  # ~95 s
+    "tests/test_stale.py",  # ~90 s
+    "tests/reliability/test_crashes.py",  # ~80 s
+    "tests/reliability/test_state_of_record.py",  # ~75 s
+    "tests/test_cli_output.py",  # ~60 s
 )
 
 
