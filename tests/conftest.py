@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -226,6 +227,8 @@ def instance(
     if backend == "postgres":
         url = fresh_database(request.getfixturevalue("postgres_database"), "dagster")
         overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url(url)}}}
+    else:
+        seed_home(request, home)
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
 
@@ -250,12 +253,103 @@ def fresh_database(session_url: str, prefix: str) -> str:
     return session_url.rsplit("/", 1)[0] + f"/{name}"
 
 
+# -- seeded state: landed sources, the v1 history, its dbt marts ----------------------------------
+# Most tests start from the same seeded state. On the embedded backend each xdist worker builds
+# it once per kind, with the same real runs and dbt build the fixtures below describe, and each
+# test gets a copy of that state: the DuckDB file and the SQLite instance's files, copied before
+# either is opened. The PostgreSQL backend builds it per test.
+SEEDS = ("history_with_marts", "history", "landed")  # the first a test uses includes the rest
+
+
+def seed_of(request: pytest.FixtureRequest) -> str | None:
+    """The seed fixture a test uses (the fullest, when it names several)."""
+    return next((s for s in SEEDS if s in request.fixturenames), None)
+
+
+class SeedTemplates:
+    """The worker's seeded states, built on first use: `<root>/<seed>/dagster_home` (a SQLite
+    instance's files) and `<root>/<seed>/warehouse.duckdb` (same file name as `warehouse_path`,
+    so that the DuckDB catalog the dbt models' views name is the same)."""
+
+    def __init__(self, root: Path, defs: dg.Definitions):
+        self.root = root
+        self.defs = defs
+
+    def get(self, seed: str) -> Path:
+        where = self.root / seed
+        if not (where / "built").exists():
+            self._build(seed, where)
+        return where
+
+    def _build(self, seed: str, where: Path) -> None:
+        from backfill_assets.example.seed import build_history, land_days, write_history
+
+        home = where / "dagster_home"
+        home.mkdir(parents=True)
+        path = where / "warehouse.duckdb"
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(WAREHOUSE_ENV, str(path))  # the runs and dbt write this file
+            with dg.instance_for_test(temp_dir=str(home)) as instance:
+                wh = DuckDBWarehouse(path, lock_timeout_s=2)
+                land_days(self.defs, instance, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
+                if seed == "history":
+                    write_history(instance, wh, HISTORY_START, HISTORY_END, logic="1")
+                elif seed == "history_with_marts":
+                    build_history(self.defs, instance, wh, HISTORY_START, HISTORY_END, logic="1")
+        assert not Path(f"{path}.wal").exists(), "the template's warehouse was left open"
+        (home / SEED_MARK).write_text(seed)
+        (where / "built").touch()
+
+
+SEED_MARK = "backfill_assets_test_seed"
+
+
+def seed_home(request: pytest.FixtureRequest, home: Path) -> None:
+    """Before an embedded test's SQLite instance opens `home`: copy in the worker's template of
+    the test's seed, if it uses one. Every `instance` fixture on SQLite storage calls this."""
+    seed = seed_of(request)
+    if seed is not None:
+        templates: SeedTemplates = request.getfixturevalue("seed_templates")
+        shutil.copytree(templates.get(seed) / "dagster_home", home, dirs_exist_ok=True)
+
+
+@pytest.fixture(scope="session")
+def seed_templates(tmp_path_factory: pytest.TempPathFactory, defs) -> SeedTemplates:
+    return SeedTemplates(tmp_path_factory.mktemp("seeds"), defs)
+
+
+def _seed_warehouse(request: pytest.FixtureRequest, instance: dg.DagsterInstance, wh) -> bool:
+    """Copy the worker's template of this test's seed into the test's DuckDB file when its
+    instance was seeded from the same template (`seed_home`); False otherwise."""
+    mark = Path(instance.root_directory) / SEED_MARK
+    if not mark.exists():
+        return False
+    seed = mark.read_text()
+    assert isinstance(wh, DuckDBWarehouse), wh
+    target = Path(wh.path)
+    if target.exists():
+        raise RuntimeError(
+            f"{target} was written before the `{seed}` fixture: the seeded state is copied into "
+            "a new file, so request the seed fixture before anything that writes the warehouse"
+        )
+    templates: SeedTemplates = request.getfixturevalue("seed_templates")
+    shutil.copyfile(templates.get(seed) / "warehouse.duckdb", target)
+    return True
+
+
+def _seeded(instance: dg.DagsterInstance, seed: str) -> bool:
+    """Whether `landed` copied in a template that holds `seed` already."""
+    mark = Path(instance.root_directory) / SEED_MARK
+    return mark.exists() and SEEDS.index(mark.read_text()) <= SEEDS.index(seed)
+
+
 @pytest.fixture
-def landed(defs, instance, wh) -> Warehouse:
+def landed(defs, instance, wh, request: pytest.FixtureRequest) -> Warehouse:
     """Source data landed for the whole history window."""
     from backfill_assets.example.seed import land_days
 
-    land_days(defs, instance, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
+    if not _seed_warehouse(request, instance, wh):
+        land_days(defs, instance, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
     return wh
 
 
@@ -264,7 +358,8 @@ def history(instance, landed) -> Warehouse:
     """orders_daily built for the window by the buggy v1 logic (warehouse write, no dbt)."""
     from backfill_assets.example.seed import write_history
 
-    write_history(instance, landed, HISTORY_START, HISTORY_END, logic="1")
+    if not _seeded(instance, "history"):
+        write_history(instance, landed, HISTORY_START, HISTORY_END, logic="1")
     return landed
 
 
@@ -273,7 +368,8 @@ def history_with_marts(defs, instance, landed) -> Warehouse:
     """orders_daily for the window by logic v1, and its dbt marts."""
     from backfill_assets.example.seed import build_history
 
-    build_history(defs, instance, landed, HISTORY_START, HISTORY_END, logic="1")
+    if not _seeded(instance, "history_with_marts"):
+        build_history(defs, instance, landed, HISTORY_START, HISTORY_END, logic="1")
     return landed
 
 

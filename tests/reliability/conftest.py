@@ -10,16 +10,18 @@ import dagster as dg
 import pytest
 import yaml
 
+from tests.conftest import seed_home
 from tests.reliability.harness import PROJECT_ROOT, reap_leftovers
 
 
 @pytest.fixture
-def instance(tmp_path: Path) -> Iterator[dg.DagsterInstance]:
+def instance(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dg.DagsterInstance]:
     """A real instance with the project's concurrency settings (dagster_home/dagster.yaml): the
     writer tag limit and the writer pool limited to one slot, as in production."""
     config = yaml.safe_load((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
     home = tmp_path / "dagster_home"
     home.mkdir()
+    seed_home(request, home)
     with dg.instance_for_test(
         temp_dir=str(home), overrides={"concurrency": config["concurrency"]}
     ) as inst:

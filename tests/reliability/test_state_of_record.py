@@ -32,7 +32,7 @@ from backfill_assets.cli import common, main
 from backfill_assets.constants import PLANS_ASSET
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.planning.plan import BackfillPlan
-from tests.conftest import NOW, dagster_storage_url, fresh_database, make_plan
+from tests.conftest import NOW, dagster_storage_url, fresh_database, make_plan, seed_home
 from tests.reliability.harness import (
     PROJECT_ROOT,
     SPEC,
@@ -64,6 +64,8 @@ def instance(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
     if backend == "postgres":
         url = fresh_database(request.getfixturevalue("postgres_database"), "dagster")
         overrides["storage"] = {"postgres": {"postgres_url": dagster_storage_url(url)}}
+    else:
+        seed_home(request, home)
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
 
