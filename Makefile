@@ -34,7 +34,8 @@ test: setup browser postgres
 	$(BIN)/pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
 
 ## For iteration: the unit and contract tests only (on DuckDB and a throwaway PostgreSQL
-## server), without the end-to-end, browser, reliability and slow tests. CI runs `make test`.
+## server), without the end-to-end, browser, reliability and slow tests (about 4 minutes on
+## 2 cores). CI runs `make test`.
 test-fast: setup postgres
 	$(BIN)/pytest -q -n 2 --dist loadfile -m "not slow and not browser" \
 	    --ignore=tests/e2e --ignore=tests/ui --ignore=tests/reliability

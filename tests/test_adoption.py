@@ -211,6 +211,7 @@ def test_a_daily_run_of_one_table_blocks_its_own_batches_but_not_another_tables(
         assert [r.status for r in reports] == ["passed"]
 
 
+@pytest.mark.slow
 def test_dagster_validates_both_code_locations(home, tmp_path):
     dagster = str(Path(sys.executable).with_name("dagster"))
     env = {**os.environ, "DAGSTER_HOME": str(home), WAREHOUSE_ENV: str(tmp_path / "w.duckdb")}

@@ -160,6 +160,7 @@ def test_a_criteria_file_overrides_the_declared_defaults_and_bad_ones_are_refuse
     assert "refused" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_plan_approve_run_status_swap_rollback_through_the_cli(
     defs, instance, history, tmp_path, capsys, monkeypatch
 ):
@@ -263,6 +264,7 @@ def test_start_hands_a_plan_to_the_daemon_and_run_refuses_to_take_turns_until_pa
 
 
 @pytest.mark.backends("postgres")
+@pytest.mark.slow
 def test_run_holds_its_instance_connections_instead_of_a_server_process_per_event(
     defs, instance, history, capsys, monkeypatch
 ):

@@ -51,6 +51,7 @@ def test_the_shipped_schemas_are_the_models_schemas(name):
     assert shipped_schema(name) == json.loads(json.dumps(schema_of(name), sort_keys=True))
 
 
+@pytest.mark.slow
 def test_every_command_that_reports_state_prints_json_of_its_documented_shape(
     defs, instance, history, at_noon, capsys
 ):

@@ -93,6 +93,7 @@ def plan_json(project: Path, table: str, **env: str) -> tuple[dict, str]:
     return plan, how
 
 
+@pytest.mark.slow
 def test_the_second_command_reads_the_snapshot_and_plans_exactly_as_the_imported_location(
     project,
 ):
@@ -110,6 +111,7 @@ def test_the_second_command_reads_the_snapshot_and_plans_exactly_as_the_imported
     assert how == "IMPORTED" and off == first
 
 
+@pytest.mark.slow
 def test_approve_status_and_abandon_read_the_snapshot_against_the_real_warehouse(project, tmp_path):
     sys.path.insert(0, str(PROJECT))
     try:
@@ -140,6 +142,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
+@pytest.mark.slow
 def test_an_edited_yaml_declaration_is_read_again_not_taken_from_the_snapshot(project):
     plan, _ = plan_json(project, "clicks")
     assert plan["criteria"]["sample"]["size"] == 5
@@ -149,6 +152,7 @@ def test_an_edited_yaml_declaration_is_read_again_not_taken_from_the_snapshot(pr
     assert how == "IMPORTED" and plan["criteria"]["sample"]["size"] == 7
 
 
+@pytest.mark.slow
 def test_an_edited_module_is_imported_again(project):
     assert plan_json(project, "events")[0]["criteria"]["sample"]["size"] == 50
     _edit(project / "shop" / "tables.py", "size=50,", "size=60,")
@@ -156,6 +160,7 @@ def test_an_edited_module_is_imported_again(project):
     assert how == "IMPORTED" and plan["criteria"]["sample"]["size"] == 60
 
 
+@pytest.mark.slow
 def test_a_new_daily_job_typo_is_refused_after_the_edit_not_missed_by_the_snapshot(project):
     assert plan_json(project, "events")[1] == "IMPORTED"
     # The component no longer defines the daily job it names: no job of the location has it.
@@ -171,6 +176,7 @@ def test_a_new_daily_job_typo_is_refused_after_the_edit_not_missed_by_the_snapsh
 
 
 @pytest.mark.parametrize("change", ["environment", "damaged snapshot", "another working directory"])
+@pytest.mark.slow
 def test_anything_else_the_snapshot_was_built_from_makes_the_command_import_again(project, change):
     first, _ = plan_json(project, "events")
     env: dict[str, str] = {}
@@ -187,6 +193,7 @@ def test_anything_else_the_snapshot_was_built_from_makes_the_command_import_agai
     assert plan_json(project, "events", **env)[1] == "SNAPSHOT"
 
 
+@pytest.mark.slow
 def test_the_shell_s_own_variables_do_not_count(project):
     plan_json(project, "events")
     assert plan_json(project, "events", OLDPWD="/elsewhere", SHLVL="7")[1] == "SNAPSHOT"

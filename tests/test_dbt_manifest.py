@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO
 
 ENSURE = (
@@ -30,6 +32,7 @@ def _project(tmp_path: Path) -> Path:
     return project
 
 
+@pytest.mark.slow
 def test_a_parse_waits_for_the_one_running_and_replaces_the_manifest_whole(tmp_path):
     project = _project(tmp_path)
     target = project / "target"
@@ -52,6 +55,7 @@ def test_a_parse_waits_for_the_one_running_and_replaces_the_manifest_whole(tmp_p
     assert not list(target.glob(".parse-*"))
 
 
+@pytest.mark.slow
 def test_processes_that_start_together_leave_one_readable_manifest(tmp_path):
     project = _project(tmp_path)
     children = [subprocess.Popen([sys.executable, "-c", ENSURE, str(project)]) for _ in range(3)]
@@ -73,6 +77,7 @@ def _parse_events(project: Path, tmp_path: Path, *args: str) -> list[str]:
     return [n for n in names if "PartialPars" in n]
 
 
+@pytest.mark.slow
 def test_the_parse_keeps_dbts_partial_parse_state_so_an_invocation_without_vars_reuses_it(
     tmp_path, monkeypatch
 ):

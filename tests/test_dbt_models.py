@@ -3,10 +3,12 @@
 One test, so that the history with its marts (two dbt builds through Dagster) is built once."""
 
 import dagster as dg
+import pytest
 
 from tests.conftest import HISTORY_END, HISTORY_START, ROWS_PER_DAY
 
 
+@pytest.mark.slow
 def test_the_daily_and_weekly_marts_build_through_dagster_and_their_dbt_tests_pass(
     defs, instance, history_with_marts
 ):

@@ -51,6 +51,7 @@ def _parse(resource: LeanDbtCliResource, tmp_path: Path) -> None:
     assert invocation.is_successful(), invocation.get_error()
 
 
+@pytest.mark.slow
 def test_a_dbt_invocation_starts_only_dbt_and_builds_no_adapter_in_this_process(
     started, tmp_path, monkeypatch
 ):
@@ -65,6 +66,7 @@ def test_a_dbt_invocation_starts_only_dbt_and_builds_no_adapter_in_this_process(
     assert resource._cli_version == version.parse(installed_version("dbt-core"))
 
 
+@pytest.mark.slow
 def test_a_dbt_from_elsewhere_is_asked_its_version(started, tmp_path, monkeypatch):
     # A dbt that is not this environment's script may be another dbt: ask it, as dagster-dbt does.
     monkeypatch.setenv("BACKFILL_ASSETS_WAREHOUSE", str(tmp_path / "warehouse.duckdb"))

@@ -132,6 +132,7 @@ def _reading(backend: str, wh: Any) -> Iterator[list[tuple[Any, Any]]]:
 
 
 @pytest.mark.backends("embedded", "postgres")
+@pytest.mark.slow
 def test_the_swap_publishes_the_marts_with_the_target_and_the_rollback_restores_all(
     backend, defs, instance, history_with_marts, capsys
 ):
@@ -302,6 +303,7 @@ def test_a_failing_dbt_test_in_shadow_halts_before_the_swap_and_changes_nothing(
     assert published_keys(instance, plan.plan_id) == []
 
 
+@pytest.mark.slow
 def test_one_dbt_invocation_builds_every_grain_where_one_window_is_whole_partitions_of_each(
     defs, instance, wh, tmp_path
 ):
@@ -347,6 +349,7 @@ def test_one_dbt_invocation_builds_every_grain_where_one_window_is_whole_partiti
     ]
 
 
+@pytest.mark.slow
 def test_readers_never_see_the_new_target_next_to_the_old_marts(defs, instance, history_with_marts):
     """On DuckDB, around the publish: the shadow build first (dbt opens the file in its own
     process), then the reader loop in this process while the swap publishes. Before that, the
@@ -451,6 +454,7 @@ def test_without_the_shadow_macros_nothing_is_built_and_the_error_says_what_to_c
 
 
 @pytest.mark.backends("postgres")
+@pytest.mark.slow
 def test_a_swap_the_warehouse_refuses_after_the_shadow_build_leaves_no_shadow_behind(
     defs, instance, history_with_marts
 ):

@@ -299,6 +299,7 @@ def test_a_tick_reads_only_the_approved_plans_from_an_index_the_statuses_keep(
     assert [r.tags[PLAN_ID_TAG] for r in result.run_requests or []] == [second.plan_id]
 
 
+@pytest.mark.slow
 def test_every_writer_run_in_progress_is_seen_however_many_there_are(defs, instance, wh):
     from backfill_assets.service.guards import writer_runs_in_progress
 

@@ -150,6 +150,7 @@ def test_a_failed_sample_gate_shows_the_mismatching_rows(defs, instance, history
     assert "customer_id" not in header  # columns that match are left out
 
 
+@pytest.mark.slow
 def test_re_running_a_halted_plan_after_the_fix_redoes_only_what_did_not_pass(
     defs, instance, history
 ):
@@ -263,6 +264,7 @@ def test_re_running_a_batch_is_idempotent(defs, instance, history):
     assert batch_done(instance, plan, batch)
 
 
+@pytest.mark.slow
 def test_swap_and_rollback_are_idempotent(defs, instance, history):
     plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
     execute(defs, instance, history, plan)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
+
 import backfill_assets
 
 ENV = {**os.environ, "PYTHONWARNINGS": "ignore"}
@@ -26,6 +28,7 @@ def _import_first(code: str) -> tuple[int, str]:
     return proc.returncode, proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else ""
 
 
+@pytest.mark.slow
 def test_each_public_name_imports_first_in_a_fresh_interpreter():
     # A public name loads its module on first access (PEP 562): importing any one name of a
     # module first imports that module first, so one interpreter per module covers its names.
@@ -61,6 +64,7 @@ print("\\n".join(failed))
 """
 
 
+@pytest.mark.slow
 def test_every_module_of_the_package_imports_first():
     proc = subprocess.run(
         [sys.executable, "-c", EVERY_MODULE_FIRST],

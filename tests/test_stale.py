@@ -56,6 +56,7 @@ def _code_versions(instance: dg.DagsterInstance, days: list[dt.date]) -> dict[dt
 
 
 @pytest.mark.backends("embedded", "postgres")
+@pytest.mark.slow
 def test_the_scan_finds_the_v1_days_in_ranges_and_the_swap_and_rollback_keep_it_true(
     defs, instance, history
 ):
@@ -92,6 +93,7 @@ def test_the_scan_finds_the_v1_days_in_ranges_and_the_swap_and_rollback_keep_it_
     assert find_stale(instance, ORDERS, now=NOW).ranges == STALE
 
 
+@pytest.mark.slow
 def test_a_real_daily_run_records_the_current_version_and_is_not_stale(defs, instance, wh):
     """The daily job's run materializes the target with the table's code version (Dagster
     tags it), so a day the daily run rebuilt after the fix is not stale."""
@@ -109,6 +111,7 @@ def _read(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow
 def test_plan_stale_writes_one_plan_per_range_saying_why_and_nothing_once_it_is_swapped(
     defs, instance, history, tmp_path, capsys
 ):

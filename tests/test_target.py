@@ -32,6 +32,7 @@ def _daily(defs, instance, day: dt.date):
     return run_job(defs, ORDERS.daily_job, instance, partition_key=day.isoformat())
 
 
+@pytest.mark.slow
 def test_the_daily_job_writes_a_recent_partition_and_rewriting_it_is_idempotent(
     defs, instance, recent
 ):
