@@ -177,10 +177,18 @@ def postgres_database() -> Iterator[str]:
 
 
 @pytest.fixture
-def postgres_url(postgres_database: str) -> str:
-    """A warehouse URL whose schema is this test's own (tests share the session's database)."""
+def postgres_url(postgres_database: str, request: pytest.FixtureRequest) -> str:
+    """A warehouse URL whose schema is this test's own (tests share the session's database); for
+    a test with a seed, a database of its own cloned from the worker's template (SeedTemplates)."""
     import uuid
 
+    seed = seed_of(request)
+    postgres = (
+        "backend" in request.fixturenames and request.getfixturevalue("backend") == "postgres"
+    )
+    if seed is not None and postgres:
+        templates: SeedTemplates = request.getfixturevalue("seed_templates")
+        return templates.clone_pg(seed, "warehouse") + f"?schema={PG_SEED_SCHEMA}"
     return f"{postgres_database}?schema=t_{uuid.uuid4().hex[:12]}"
 
 
@@ -225,12 +233,23 @@ def instance(
     home.mkdir()
     overrides = {}
     if backend == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_database"), "dagster")
+        url = dagster_database(request, home)
         overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url(url)}}}
     else:
         seed_home(request, home)
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
+
+
+def dagster_database(request: pytest.FixtureRequest, home: Path) -> str:
+    """A database of its own for a test's Dagster storage on the test server: new, or for a
+    test with a seed, cloned from the worker's template (marked in `home`, see SeedTemplates)."""
+    seed = seed_of(request)
+    if seed is None:
+        return fresh_database(request.getfixturevalue("postgres_database"), "dagster")
+    templates: SeedTemplates = request.getfixturevalue("seed_templates")
+    (home / SEED_MARK).write_text(seed)
+    return templates.clone_pg(seed, "dagster")
 
 
 def dagster_storage_url(url: str) -> str:
@@ -267,40 +286,80 @@ def seed_of(request: pytest.FixtureRequest) -> str | None:
 
 
 class SeedTemplates:
-    """The worker's seeded states, built on first use: `<root>/<seed>/dagster_home` (a SQLite
-    instance's files) and `<root>/<seed>/warehouse.duckdb` (same file name as `warehouse_path`,
-    so that the DuckDB catalog the dbt models' views name is the same)."""
+    """The worker's seeded states, built on first use.
 
-    def __init__(self, root: Path, defs: dg.Definitions):
+    Embedded: `<root>/<seed>/dagster_home` (a SQLite instance's files) and
+    `<root>/<seed>/warehouse.duckdb` (same file name as `warehouse_path`, so that the DuckDB
+    catalog the dbt models' views name is the same). PostgreSQL: two template databases on the
+    test server, the warehouse (schema PG_SEED_SCHEMA) and Dagster's storage, which a test
+    clones with `CREATE DATABASE ... TEMPLATE`."""
+
+    def __init__(self, root: Path, defs: dg.Definitions, request: pytest.FixtureRequest):
         self.root = root
         self.defs = defs
+        self.request = request  # the session's, for the test server when a test needs it
+        self.pg: dict[str, dict[str, str]] = {}  # seed -> {"warehouse": url, "dagster": url}
 
     def get(self, seed: str) -> Path:
         where = self.root / seed
         if not (where / "built").exists():
-            self._build(seed, where)
+            home = where / "dagster_home"
+            home.mkdir(parents=True)
+            path = where / "warehouse.duckdb"
+            self._build(seed, home, str(path), {}, DuckDBWarehouse(path, lock_timeout_s=2))
+            assert not Path(f"{path}.wal").exists(), "the template's warehouse was left open"
+            (home / SEED_MARK).write_text(seed)
+            (where / "built").touch()
         return where
 
-    def _build(self, seed: str, where: Path) -> None:
+    def clone_pg(self, seed: str, which: str) -> str:
+        """A new database on the test server, cloned from the template `which` of `seed`."""
+        import uuid
+
+        import psycopg
+        from psycopg import sql
+
+        if seed not in self.pg:
+            session = self.request.getfixturevalue("postgres_database")
+            dagster = fresh_database(session, "seed_dagster")
+            warehouse = fresh_database(session, "seed_warehouse")
+            home = self.root / f"pg_{seed}"
+            home.mkdir(parents=True)
+            storage = {"storage": {"postgres": {"postgres_url": dagster_storage_url(dagster)}}}
+            url = f"{warehouse}?schema={PG_SEED_SCHEMA}"
+            self._build(seed, home, url, storage, open_warehouse(url, lock_timeout_s=5))
+            self.pg[seed] = {"warehouse": warehouse, "dagster": dagster}
+        template = self.pg[seed][which].rsplit("/", 1)
+        name = f"{which}_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(f"{template[0]}/postgres", autocommit=True) as con:
+            # A template must have no sessions; the seeding's connections are closed by now,
+            # but the server may not have noticed yet.
+            con.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (template[1],),
+            )
+            con.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                    sql.Identifier(name), sql.Identifier(template[1])
+                )
+            )
+        return f"{template[0]}/{name}"
+
+    def _build(self, seed: str, home: Path, url: str, overrides: dict, wh: Warehouse) -> None:
+        """The seed's real runs (and dbt build), into the instance at `home` and warehouse `url`."""
         from backfill_assets.example.seed import build_history, land_days, write_history
 
-        home = where / "dagster_home"
-        home.mkdir(parents=True)
-        path = where / "warehouse.duckdb"
         with pytest.MonkeyPatch.context() as mp:
-            mp.setenv(WAREHOUSE_ENV, str(path))  # the runs and dbt write this file
-            with dg.instance_for_test(temp_dir=str(home)) as instance:
-                wh = DuckDBWarehouse(path, lock_timeout_s=2)
+            mp.setenv(WAREHOUSE_ENV, url)  # the runs and dbt write this warehouse
+            with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
                 land_days(self.defs, instance, HISTORY_START, HISTORY_END, ROWS_PER_DAY)
                 if seed == "history":
                     write_history(instance, wh, HISTORY_START, HISTORY_END, logic="1")
                 elif seed == "history_with_marts":
                     build_history(self.defs, instance, wh, HISTORY_START, HISTORY_END, logic="1")
-        assert not Path(f"{path}.wal").exists(), "the template's warehouse was left open"
-        (home / SEED_MARK).write_text(seed)
-        (where / "built").touch()
 
 
+PG_SEED_SCHEMA = "seeded"
 SEED_MARK = "backfill_assets_test_seed"
 
 
@@ -314,18 +373,23 @@ def seed_home(request: pytest.FixtureRequest, home: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def seed_templates(tmp_path_factory: pytest.TempPathFactory, defs) -> SeedTemplates:
-    return SeedTemplates(tmp_path_factory.mktemp("seeds"), defs)
+def seed_templates(
+    tmp_path_factory: pytest.TempPathFactory, defs, request: pytest.FixtureRequest
+) -> SeedTemplates:
+    return SeedTemplates(tmp_path_factory.mktemp("seeds"), defs, request)
 
 
 def _seed_warehouse(request: pytest.FixtureRequest, instance: dg.DagsterInstance, wh) -> bool:
-    """Copy the worker's template of this test's seed into the test's DuckDB file when its
-    instance was seeded from the same template (`seed_home`); False otherwise."""
+    """Whether the test's instance was seeded from the worker's template (`seed_home`,
+    `dagster_database`). On DuckDB the template's warehouse is then copied into the test's new
+    file; on PostgreSQL `postgres_url` cloned it already."""
     mark = Path(instance.root_directory) / SEED_MARK
     if not mark.exists():
         return False
     seed = mark.read_text()
-    assert isinstance(wh, DuckDBWarehouse), wh
+    if not isinstance(wh, DuckDBWarehouse):
+        assert getattr(wh, "schema", None) == PG_SEED_SCHEMA, f"{wh.location} was not seeded"
+        return True
     target = Path(wh.path)
     if target.exists():
         raise RuntimeError(

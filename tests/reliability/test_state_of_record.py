@@ -32,7 +32,7 @@ from backfill_assets.cli import common, main
 from backfill_assets.constants import PLANS_ASSET
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.planning.plan import BackfillPlan
-from tests.conftest import NOW, dagster_storage_url, fresh_database, make_plan, seed_home
+from tests.conftest import NOW, dagster_database, dagster_storage_url, make_plan, seed_home
 from tests.reliability.harness import (
     PROJECT_ROOT,
     SPEC,
@@ -62,7 +62,7 @@ def instance(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
     shipped = yaml.safe_load((PROJECT_ROOT / "dagster_home" / "dagster.yaml").read_text())
     overrides: dict[str, Any] = {"concurrency": shipped["concurrency"]}
     if backend == "postgres":
-        url = fresh_database(request.getfixturevalue("postgres_database"), "dagster")
+        url = dagster_database(request, home)
         overrides["storage"] = {"postgres": {"postgres_url": dagster_storage_url(url)}}
     else:
         seed_home(request, home)
