@@ -273,10 +273,10 @@ def fresh_database(session_url: str, prefix: str) -> str:
 
 
 # -- seeded state: landed sources, the v1 history, its dbt marts ----------------------------------
-# Most tests start from the same seeded state. On the embedded backend each xdist worker builds
-# it once per kind, with the same real runs and dbt build the fixtures below describe, and each
-# test gets a copy of that state: the DuckDB file and the SQLite instance's files, copied before
-# either is opened. The PostgreSQL backend builds it per test.
+# Most tests start from the same seeded state. Each xdist worker builds it once per kind and
+# backend, with the same real runs and dbt build the fixtures below describe, and each test gets
+# a copy of that state made before it is opened: on the embedded backend the DuckDB file and the
+# SQLite instance's files, on PostgreSQL the warehouse's and Dagster's databases, cloned.
 SEEDS = ("history_with_marts", "history", "landed")  # the first a test uses includes the rest
 
 
