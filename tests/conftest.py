@@ -259,16 +259,20 @@ def dagster_storage_url(url: str) -> str:
     return url.replace("postgresql://", "postgresql+psycopg2://", 1)
 
 
-def fresh_database(session_url: str, prefix: str) -> str:
-    """A new database on the session's server, named `prefix_<random>`; its URL."""
+def fresh_database(session_url: str, prefix: str, template: str | None = None) -> str:
+    """A new database on the session's server, named `prefix_<random>`, empty or a copy of the
+    database `template` (which must have no sessions); its URL."""
     import uuid
 
     import psycopg
     from psycopg import sql
 
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
     with psycopg.connect(session_url, autocommit=True) as con:
-        con.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        con.execute(create)
     return session_url.rsplit("/", 1)[0] + f"/{name}"
 
 
@@ -314,13 +318,10 @@ class SeedTemplates:
 
     def clone_pg(self, seed: str, which: str) -> str:
         """A new database on the test server, cloned from the template `which` of `seed`."""
-        import uuid
-
         import psycopg
-        from psycopg import sql
 
+        session = self.request.getfixturevalue("postgres_database")
         if seed not in self.pg:
-            session = self.request.getfixturevalue("postgres_database")
             dagster = fresh_database(session, "seed_dagster")
             warehouse = fresh_database(session, "seed_warehouse")
             home = self.root / f"pg_{seed}"
@@ -329,21 +330,15 @@ class SeedTemplates:
             url = f"{warehouse}?schema={PG_SEED_SCHEMA}"
             self._build(seed, home, url, storage, open_warehouse(url, lock_timeout_s=5))
             self.pg[seed] = {"warehouse": warehouse, "dagster": dagster}
-        template = self.pg[seed][which].rsplit("/", 1)
-        name = f"{which}_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(f"{template[0]}/postgres", autocommit=True) as con:
+        template = self.pg[seed][which].rsplit("/", 1)[1]
+        with psycopg.connect(session, autocommit=True) as con:
             # A template must have no sessions; the seeding's connections are closed by now,
             # but the server may not have noticed yet.
             con.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
-                (template[1],),
+                (template,),
             )
-            con.execute(
-                sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                    sql.Identifier(name), sql.Identifier(template[1])
-                )
-            )
-        return f"{template[0]}/{name}"
+        return fresh_database(session, which, template=template)
 
     def _build(self, seed: str, home: Path, url: str, overrides: dict, wh: Warehouse) -> None:
         """The seed's real runs (and dbt build), into the instance at `home` and warehouse `url`."""
@@ -379,14 +374,19 @@ def seed_templates(
     return SeedTemplates(tmp_path_factory.mktemp("seeds"), defs, request)
 
 
-def _seed_warehouse(request: pytest.FixtureRequest, instance: dg.DagsterInstance, wh) -> bool:
-    """Whether the test's instance was seeded from the worker's template (`seed_home`,
-    `dagster_database`). On DuckDB the template's warehouse is then copied into the test's new
-    file; on PostgreSQL `postgres_url` cloned it already."""
+def _seed_in(instance: dg.DagsterInstance) -> str | None:
+    """The seed the test's instance was copied from (`seed_home`, `dagster_database`), if any."""
     mark = Path(instance.root_directory) / SEED_MARK
-    if not mark.exists():
+    return mark.read_text() if mark.exists() else None
+
+
+def _seed_warehouse(request: pytest.FixtureRequest, instance: dg.DagsterInstance, wh) -> bool:
+    """Whether the test's instance was seeded from the worker's template. On DuckDB the
+    template's warehouse is then copied into the test's new file; on PostgreSQL `postgres_url`
+    cloned it already."""
+    seed = _seed_in(instance)
+    if seed is None:
         return False
-    seed = mark.read_text()
     if not isinstance(wh, DuckDBWarehouse):
         assert getattr(wh, "schema", None) == PG_SEED_SCHEMA, f"{wh.location} was not seeded"
         return True
@@ -403,8 +403,8 @@ def _seed_warehouse(request: pytest.FixtureRequest, instance: dg.DagsterInstance
 
 def _seeded(instance: dg.DagsterInstance, seed: str) -> bool:
     """Whether `landed` copied in a template that holds `seed` already."""
-    mark = Path(instance.root_directory) / SEED_MARK
-    return mark.exists() and SEEDS.index(mark.read_text()) <= SEEDS.index(seed)
+    copied = _seed_in(instance)
+    return copied is not None and SEEDS.index(copied) <= SEEDS.index(seed)
 
 
 @pytest.fixture
