@@ -39,3 +39,7 @@ class WriterBusy(ExecutionRefused):
 
 class TargetWriteRefused(BackfillError):
     """A run that is not the declared daily path tried to write the live table."""
+
+
+class AdoptionRefused(BackfillError):
+    """An existing table cannot be adopted as it is; nothing was written."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
+from backfill_assets.cli.adopting import cmd_adopt
 from backfill_assets.cli.common import EXIT_CODES
 from backfill_assets.cli.options import add_format_option, add_location_options, add_plan_argument
 from backfill_assets.cli.planning import cmd_approve, cmd_plan
@@ -117,6 +118,34 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("abandon", "give up an unswapped plan and drop its shadow", cmd_abandon)
     add_plan_argument(s)
+
+    s = command(
+        "adopt",
+        "bring an existing table (and its history) under the framework, in place",
+        cmd_adopt,
+    )
+    s.add_argument("table", help="the backfillable table (its asset key), as declared")
+    s.add_argument(
+        "--check", action="store_true", help="report what adopt finds and would do; write nothing"
+    )
+    s.add_argument(
+        "--allow-duplicates",
+        action="store_true",
+        help="adopt a table whose keys occur more than once on a day, as it is",
+    )
+    s.add_argument(
+        "--code-version",
+        default="adopted",
+        help="the code version the partitions' materializations carry (default: adopted; "
+        "`plan --stale` proposes every partition built by another version than the current one)",
+    )
+    s.add_argument(
+        "--chunk-days",
+        type=int,
+        default=28,
+        help="days recorded per transaction, each under the table's writer lease (default: 28)",
+    )
+    add_format_option(s)
 
     s = command(
         "doctor",

@@ -28,6 +28,7 @@ from backfill_assets.lib.warehouse.identifiers import validate_ident
 if TYPE_CHECKING:
     import pandas as pd
 
+    from backfill_assets.lib.adoption import ExistingRelation, TableScan
     from backfill_assets.lib.warehouse.dialects import SQL
 
 
@@ -480,6 +481,25 @@ class Warehouse(Protocol):
         ...
 
     def build_problem(self, spec: TableSpec, build: SQL) -> str | None: ...
+
+    # -- adopting a table that already exists (lib/adoption.py) ---------------------------------
+
+    def describe_existing(self, spec: TableSpec) -> ExistingRelation:
+        """The relation named like the target, its columns, and the declaration's columns with
+        their types as this engine names them; reads only."""
+        ...
+
+    def scan_existing(self, spec: TableSpec) -> TableScan:
+        """One read of the existing table: rows per day, null partition values, duplicate keys,
+        the days already recorded."""
+        ...
+
+    def record_existing(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, fingerprint: Sequence[str] = ()
+    ) -> dict[dt.date, str]:
+        """Record each day of [start, end) that has no record yet (rows, checksum, and on
+        DuckDB the fingerprint), in one transaction; the days recorded now, with checksums."""
+        ...
 
     # -- plain tables (sources, reference data) and reads ----------------------------------
     # SQL passed here is written in DuckDB's dialect with `$name` parameters; other adapters

@@ -27,18 +27,20 @@ process write the file at a time, so each transaction is atomic across processes
 
 The adapter is cut by concern: `connection` (the file, sessions, transactions), `meta` (the
 metadata tables, versions, checksums, fingerprints), `layout` (the target's relations), `writes`
-(partition writes, plain tables, reads), `swap` (swap, rollback, release, abandon) and `gates`
-(the gates' reads). What every engine shares (leases, plan claims and records, the version
-check, names) is `lib/warehouse/shared`.
+(partition writes, plain tables, reads), `swap` (swap, rollback, release, abandon), `gates` (the
+gates' reads) and `adopt` (an existing table brought under the framework in place). What every
+engine shares (leases, plan claims and records, the version check, names) is
+`lib/warehouse/shared`.
 """
 
 from __future__ import annotations
 
+from backfill_assets.lib.warehouse.duckdb.adopt import DuckDBAdopt
 from backfill_assets.lib.warehouse.duckdb.swap import DuckDBSwap
 from backfill_assets.lib.warehouse.duckdb.writes import DuckDBWrites
 
 
-class DuckDBWarehouse(DuckDBWrites, DuckDBSwap):
+class DuckDBWarehouse(DuckDBWrites, DuckDBSwap, DuckDBAdopt):
     """The DuckDB warehouse: one file (DuckDB allows one writing process per file)."""
 
 

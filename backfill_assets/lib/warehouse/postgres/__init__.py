@@ -37,11 +37,12 @@ check, names) is `lib/warehouse/shared`.
 
 from __future__ import annotations
 
+from backfill_assets.lib.warehouse.postgres.adopt import PostgresAdopt
 from backfill_assets.lib.warehouse.postgres.swap import PostgresSwap
 from backfill_assets.lib.warehouse.postgres.writes import PostgresWrites
 
 
-class PostgresWarehouse(PostgresWrites, PostgresSwap):
+class PostgresWarehouse(PostgresWrites, PostgresSwap, PostgresAdopt):
     """The PostgreSQL warehouse: one schema of one database."""
 
 

@@ -1,0 +1,325 @@
+"""`backfill-assets adopt`: a table that already exists, with two years of history written by
+plain SQL outside the framework, brought under it; then the whole cycle on it.
+
+Real DuckDB files and a real PostgreSQL server, a real instance, the CLI in this process (and
+once as a process killed half-way).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import LiteralString, cast
+
+import dagster as dg
+import duckdb
+import pytest
+
+from backfill_assets.cli import main
+from backfill_assets.constants import CODE_VERSION_TAG
+from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.orders import ORDERS_DAILY_SQL, ORDERS_DAILY_SQL_V1
+from backfill_assets.lib.warehouse.dialects import column_type
+from backfill_assets.service.stale import find_stale
+from backfill_assets.service.swap import perform_swap, release_backup
+from tests.conftest import HISTORY_END, HISTORY_START, NOW, make_plan
+from tests.helpers import execute, swap_or_rollback
+
+REPO = Path(__file__).resolve().parents[1]
+SPEC = ORDERS.spec
+OLD_START = dt.date(2024, 1, 1)  # two years of history before the landed days
+START, END = dt.date(2026, 1, 5), dt.date(2026, 1, 11)  # the backfill: ISO week 2
+COLS = ", ".join(SPEC.column_names)
+
+
+def _synthetic(start: dt.date, end: dt.date, per_day: int = 3) -> str:
+    """Rows an old pipeline wrote for [start, end), `per_day` a day, in DuckDB's and
+    PostgreSQL's SQL alike."""
+    return (
+        f"SELECT (d - DATE '2000-01-01') * 1000 + i, d, d + TIME '10:00', i, 'US', 'USD', "
+        "10.00, 0.00, 1.00, 9.00, 1.000000, 9.00, 'complete', false FROM (SELECT "
+        f"CAST(g AS DATE) AS d FROM generate_series(DATE '{start}', DATE '{end}' - 1, "
+        "INTERVAL 1 DAY) AS t(g)) days, generate_series(1, " + str(per_day) + ") AS s(i)"
+    )
+
+
+def _old_table_duckdb(path: Path, *, ddl: str | None = None, extra: str = "") -> None:
+    """orders_daily as an old pipeline left it: a plain table, two years of synthetic days, then
+    the landed days as logic v1 built them, all by plain SQL on the file."""
+    cols = ddl or ", ".join(f"{c.name} {c.sql_type}" for c in SPEC.columns)
+    con = duckdb.connect(str(path))
+    try:
+        con.execute(f"CREATE TABLE orders_daily ({cols})")
+        con.execute(f"INSERT INTO orders_daily ({COLS}) {_synthetic(OLD_START, HISTORY_START)}")
+        con.execute(
+            f"INSERT INTO orders_daily ({COLS}) SELECT {COLS} FROM ({ORDERS_DAILY_SQL_V1})",
+            {"start": HISTORY_START, "end": HISTORY_END + dt.timedelta(days=1)},
+        )
+        if extra:
+            con.execute(extra)
+    finally:
+        con.close()
+
+
+def _old_table_postgres(url: str, *, ddl: str | None = None, extra: str = "") -> None:
+    """The same on PostgreSQL (60 days: these tests check and refuse, they do not adopt); a
+    table of its own columns (`ddl`) is left empty."""
+    import psycopg
+
+    base, _, query = url.partition("?")
+    schema = query.split("schema=", 1)[1] if "schema=" in query else "public"
+    cols = ddl or ", ".join(f"{c.name} {column_type(c.sql_type, 'postgres')}" for c in SPEC.columns)
+    synthetic = _synthetic(OLD_START, OLD_START + dt.timedelta(days=60)).replace(
+        "INTERVAL 1 DAY", "INTERVAL '1 day'"
+    )
+    statements = [
+        f"CREATE SCHEMA IF NOT EXISTS {schema}",
+        f"SET search_path = {schema}",
+        f"CREATE TABLE orders_daily ({cols})",
+        *([f"INSERT INTO orders_daily ({COLS}) {synthetic}"] if ddl is None else []),
+        *([extra] if extra else []),
+    ]
+    with psycopg.connect(base, autocommit=True) as con:
+        for statement in statements:
+            con.execute(cast("LiteralString", statement))
+
+
+def _materializations(instance: dg.DagsterInstance) -> dict[str, list[dg.EventLogRecord]]:
+    out: dict[str, list[dg.EventLogRecord]] = {}
+    for rec in instance.fetch_materializations(dg.AssetKey(ORDERS.key), limit=10_000).records:
+        mat = rec.asset_materialization
+        assert mat is not None and mat.partition is not None
+        out.setdefault(mat.partition, []).append(rec)
+    return out
+
+
+def _versions(wh) -> list[tuple]:
+    return wh.query(
+        "SELECT partition_date, version, checksum, row_count FROM backfill_meta.partition_versions "
+        "WHERE table_name = 'orders_daily' ORDER BY 1"
+    )
+
+
+def _all_days(start: dt.date, end: dt.date) -> list[dt.date]:
+    return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.backends("embedded")
+def test_a_plain_table_with_two_years_is_adopted_in_place_and_the_whole_cycle_works(
+    defs, instance, landed, warehouse_path, capsys
+):
+    wh = landed
+    _old_table_duckdb(warehouse_path)
+    # Three days were already a Dagster asset's, built by code version 1 of the old pipeline.
+    kept = [HISTORY_START + dt.timedelta(days=i) for i in range(3)]
+    for day in kept:
+        instance.report_runless_asset_event(
+            dg.AssetMaterialization(
+                ORDERS.key, partition=day.isoformat(), metadata={"origin": "old pipeline"},
+                tags={CODE_VERSION_TAG: "1"},
+            )
+        )  # fmt: skip
+    rows = wh.query("SELECT count(*) FROM orders_daily")[0][0]
+    before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+
+    # --check reads only: the file is the same, byte for byte, and the instance too.
+    snapshot = warehouse_path.read_bytes()
+    assert main(["adopt", "orders_daily", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert f"rows: {rows:,} over {OLD_START}..{HISTORY_END}" in out
+    assert "duplicate keys: none" in out and "partition column is null: 0" in out
+    assert "materialized in Dagster already: 3 of" in out
+    assert warehouse_path.read_bytes() == snapshot
+    assert set(_materializations(instance)) == {d.isoformat() for d in kept}
+
+    assert main(["adopt", "orders_daily", "--chunk-days", "60"]) == 0
+    out = capsys.readouterr().out
+    days = _all_days(OLD_START, HISTORY_END)
+    assert f"adopted orders_daily: {len(days)} days, {len(days)} recorded now" in out
+    # In place: the same table, the same rows; every day recorded once, with its checksum.
+    assert wh.query(
+        "SELECT table_type FROM information_schema.tables WHERE table_name = 'orders_daily'"
+    ) == [("BASE TABLE",)]
+    versions = _versions(wh)
+    assert [v[0] for v in versions] == days
+    assert {v[0]: v[2] for v in versions} == before
+    assert wh.table_rows(SPEC) == rows
+    # Dagster: each partition with rows has one materialization; the 3 kept theirs.
+    mats = _materializations(instance)
+    first_partition = ORDERS.partitions_def.start.date()
+    assert set(mats) == {d.isoformat() for d in days if d >= first_partition}
+    assert all(len(m) == 1 for m in mats.values())
+    for day in kept:
+        mat = mats[day.isoformat()][0].asset_materialization
+        assert mat is not None and mat.metadata["origin"].value == "old pipeline"
+    adopted = mats[first_partition.isoformat()][0].asset_materialization
+    assert adopted is not None and (adopted.tags or {})[CODE_VERSION_TAG] == "adopted"
+    # The table's code version (2) is not "adopted" nor "1": `plan --stale` proposes them all.
+    scan = find_stale(instance, ORDERS, now=NOW)
+    assert sorted(scan.stale) == [d for d in days if d >= first_partition]
+
+    # Adopting again changes nothing.
+    assert main(["adopt", "orders_daily"]) == 0
+    assert "0 recorded now" in capsys.readouterr().out
+    assert _versions(wh) == versions
+
+    # The whole cycle on the adopted table: plan, run, swap; the daily job writes a new day;
+    # rollback restores the exact pre-swap checksums and keeps the daily job's day.
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    execute(defs, instance, wh, plan)
+    assert perform_swap(instance, ORDERS, wh, plan.plan_id).action == "swapped"
+    swapped = wh.checksums(SPEC, START, END + dt.timedelta(days=1))
+    assert swapped != {d: before[d] for d in swapped}  # v2's FX fix changed the rows
+    daily = HISTORY_END
+    wh.replace_partitions(SPEC, daily, daily + dt.timedelta(days=1), build=ORDERS_DAILY_SQL)
+    daily_sum = wh.checksums(SPEC, daily, daily + dt.timedelta(days=1))
+    assert swap_or_rollback(defs, instance, wh, plan.plan_id, "rollback").success
+    after = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    assert {d: after[d] for d in _all_days(START, END)} == {
+        d: before[d] for d in _all_days(START, END)
+    }
+    assert after[daily] == daily_sum[daily]
+    assert {d: c for d, c in after.items() if d != daily} == {
+        d: c for d, c in before.items() if d != daily
+    }
+
+    # Another week, released this time.
+    plan = make_plan(defs, instance, wh, "2026-01-12", "2026-01-18")
+    execute(defs, instance, wh, plan)
+    perform_swap(instance, ORDERS, wh, plan.plan_id)
+    release_backup(instance, {"orders_daily": ORDERS}, wh, plan.plan_id)
+    assert wh.query("SELECT count(*) FROM orders_daily")[0][0] == wh.table_rows(SPEC)
+
+
+BAD_TABLES = {
+    "a type mismatch": (
+        {"net_amount": "DOUBLE"},
+        "column net_amount is DOUBLE in orders_daily but declared DECIMAL(12,2)",
+        "column net_amount is double precision in orders_daily but declared numeric(12,2)",
+    ),
+    "a missing column": (
+        {"is_cancelled": None},
+        "column is_cancelled (BOOLEAN) is declared but orders_daily has no such column",
+        "column is_cancelled (boolean) is declared but orders_daily has no such column",
+    ),
+}
+
+
+@pytest.mark.backends("embedded", "postgres")
+@pytest.mark.parametrize("case", sorted(BAD_TABLES))
+def test_a_table_unlike_its_declaration_is_refused_naming_the_column_and_nothing_is_written(
+    backend, instance, wh, request, capsys, case
+):
+    change, duck_msg, pg_msg = BAD_TABLES[case]
+    columns = []
+    for c in SPEC.columns:
+        t = change.get(c.name, c.sql_type)
+        if t is not None:
+            columns.append(f"{c.name} {t if backend == 'embedded' else column_type(t, 'postgres')}")
+    ddl = ", ".join(columns)
+    path = request.getfixturevalue("warehouse_path") if backend == "embedded" else None
+    if path is not None:
+        con = duckdb.connect(str(path))
+        con.execute(f"CREATE TABLE orders_daily ({ddl})")
+        con.close()
+        snapshot: object = path.read_bytes()
+    else:
+        _old_table_postgres(request.getfixturevalue("postgres_url"), ddl=ddl)
+        snapshot = _pg_state(wh)
+    for args in (["--check"], []):
+        assert main(["adopt", "orders_daily", *args]) == 2
+        out = capsys.readouterr()
+        assert (duck_msg if backend == "embedded" else pg_msg) in out.out
+        assert "nothing was written" in out.err
+    assert (path.read_bytes() if path is not None else _pg_state(wh)) == snapshot
+    assert _materializations(instance) == {}
+
+
+def _pg_state(wh) -> list[tuple]:
+    """What a PostgreSQL adoption could have written: the schema's relations and the metadata."""
+    return wh.query(
+        "SELECT table_schema, table_name FROM information_schema.tables WHERE table_schema IN "
+        "(current_schema(), 'backfill_meta') ORDER BY 1, 2"
+    )
+
+
+@pytest.mark.backends("embedded", "postgres")
+def test_duplicate_keys_are_reported_with_examples_and_refused_unless_allowed(
+    backend, instance, wh, request, capsys
+):
+    dup_day = dt.date(2024, 1, 2)
+    copy = (
+        f"INSERT INTO orders_daily SELECT * FROM orders_daily WHERE order_date = DATE '{dup_day}'"
+    )
+    if backend == "embedded":
+        con = duckdb.connect(str(request.getfixturevalue("warehouse_path")))
+        cols = ", ".join(f"{c.name} {c.sql_type}" for c in SPEC.columns)
+        con.execute(f"CREATE TABLE orders_daily ({cols})")
+        rows = _synthetic(OLD_START, OLD_START + dt.timedelta(days=60))
+        con.execute(f"INSERT INTO orders_daily ({COLS}) {rows}")
+        con.execute(copy)
+        con.close()
+    else:
+        _old_table_postgres(request.getfixturevalue("postgres_url"), extra=copy)
+    assert main(["adopt", "orders_daily", "--check"]) == 2
+    out = capsys.readouterr().out
+    key = (dup_day - dt.date(2000, 1, 1)).days * 1000 + 1
+    assert "duplicate keys: 3 keys on 1 days, 6 rows; for example" in out
+    assert f"{dup_day} ({key}) x2" in out
+    assert "occur more than once on 1 days" in out and "--allow-duplicates" in out
+    assert _materializations(instance) == {}
+    if backend == "embedded":
+        # Allowed: adopted as it is, the duplicated day recorded with all its rows.
+        assert main(["adopt", "orders_daily", "--allow-duplicates"]) == 0
+        assert dict((v[0], v[3]) for v in _versions(wh))[dup_day] == 6
+
+
+@pytest.mark.slow
+@pytest.mark.backends("embedded")
+def test_adopt_killed_half_way_continues_and_records_every_day_once(
+    instance, landed, warehouse_path, tmp_path
+):
+    wh = landed
+    _old_table_duckdb(warehouse_path)
+    before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    env = {**os.environ, "DAGSTER_HOME": instance.root_directory}
+    exe = Path(sys.executable).with_name("backfill-assets")
+    proc = subprocess.Popen(
+        [str(exe), "adopt", "orders_daily", "--chunk-days", "7"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    done = 0
+    try:
+        for line in proc.stderr:
+            done += " days recorded, " in line
+            if done == 5:
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert done == 5, "adopt finished before it could be killed half-way"
+    recorded = _versions(wh)
+    days = _all_days(OLD_START, HISTORY_END)
+    assert 5 * 7 <= len(recorded) < len(days)
+    assert main(["adopt", "orders_daily", "--chunk-days", "7"]) == 0
+    versions = _versions(wh)
+    assert [v[0] for v in versions] == days
+    # The days the killed run recorded kept their versions; nothing was counted twice.
+    assert versions[: len(recorded)] == recorded
+    assert {v[0]: v[2] for v in versions} == before
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    mats = _materializations(instance)
+    assert all(len(m) == 1 for m in mats.values())
+    first_partition = ORDERS.partitions_def.start.date()
+    assert set(mats) == {d.isoformat() for d in days if d >= first_partition}
