@@ -166,8 +166,10 @@ class PostgresLayout(PostgresMeta):
         if row is None or row[0] != "r" or row[1] != spec.partition_column:
             raise InvalidInput(
                 f"{self.schema}.{spec.name} exists but is not partitioned by range on "
-                f"{spec.partition_column}; rename it, let backfill_assets create the table, then "
-                f"copy the rows in (INSERT INTO {spec.name} SELECT * FROM <old name>)"
+                f"{spec.partition_column}, so backfill_assets cannot write it: "
+                f"`backfill-assets adopt {spec.name} --check` reports how it differs from its "
+                "declaration; adopting a plain table on PostgreSQL is not available yet "
+                "(docs/adopt.md)"
             )
 
     @staticmethod
