@@ -86,6 +86,8 @@ PLAN_OP = "plan_backfill_op"
 APPROVE_OP = "approve_backfill_op"
 START_OP = "start_backfill_plan"
 PAUSE_OP = "pause_backfill_plan"
+ADOPT_JOB = "adopt_table_job"
+ADOPT_OP = "adopt_table_op"
 
 
 def shadow_job(table: str) -> str:

@@ -12,6 +12,8 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import LiteralString, cast
 
@@ -34,6 +36,7 @@ SPEC = ORDERS.spec
 OLD_START = dt.date(2024, 1, 1)  # two years of history before the landed days
 START, END = dt.date(2026, 1, 5), dt.date(2026, 1, 11)  # the backfill: ISO week 2
 COLS = ", ".join(SPEC.column_names)
+DDL = ", ".join(f"{c.name} {c.sql_type}" for c in SPEC.columns)  # DuckDB's
 
 
 def _synthetic(start: dt.date, end: dt.date, per_day: int = 3) -> str:
@@ -50,7 +53,7 @@ def _synthetic(start: dt.date, end: dt.date, per_day: int = 3) -> str:
 def _old_table_duckdb(path: Path, *, ddl: str | None = None, extra: str = "") -> None:
     """orders_daily as an old pipeline left it: a plain table, two years of synthetic days, then
     the landed days as logic v1 built them, all by plain SQL on the file."""
-    cols = ddl or ", ".join(f"{c.name} {c.sql_type}" for c in SPEC.columns)
+    cols = ddl or DDL
     con = duckdb.connect(str(path))
     try:
         con.execute(f"CREATE TABLE orders_daily ({cols})")
@@ -100,7 +103,7 @@ def _materializations(instance: dg.DagsterInstance) -> dict[str, list[dg.EventLo
 def _versions(wh) -> list[tuple]:
     return wh.query(
         "SELECT partition_date, version, checksum, row_count FROM backfill_meta.partition_versions "
-        "WHERE table_name = 'orders_daily' ORDER BY 1"
+        "WHERE table_name IN ('orders_daily', current_schema() || '.orders_daily') ORDER BY 1"
     )
 
 
@@ -163,9 +166,11 @@ def test_a_plain_table_with_two_years_is_adopted_in_place_and_the_whole_cycle_wo
     scan = find_stale(instance, ORDERS, now=NOW)
     assert sorted(scan.stale) == [d for d in days if d >= first_partition]
 
-    # Adopting again changes nothing.
+    # Adopting again changes nothing; in place, there is no old table to put back.
     assert main(["adopt", "orders_daily"]) == 0
     assert "0 recorded now" in capsys.readouterr().out
+    assert main(["adopt", "orders_daily", "--rollback"]) == 2
+    assert "adopts a table in place, without a copy" in capsys.readouterr().err
     assert _versions(wh) == versions
 
     # The whole cycle on the adopted table: plan, run, swap; the daily job writes a new day;
@@ -258,8 +263,7 @@ def test_duplicate_keys_are_reported_with_examples_and_refused_unless_allowed(
     )
     if backend == "embedded":
         con = duckdb.connect(str(request.getfixturevalue("warehouse_path")))
-        cols = ", ".join(f"{c.name} {c.sql_type}" for c in SPEC.columns)
-        con.execute(f"CREATE TABLE orders_daily ({cols})")
+        con.execute(f"CREATE TABLE orders_daily ({DDL})")
         rows = _synthetic(OLD_START, OLD_START + dt.timedelta(days=60))
         con.execute(f"INSERT INTO orders_daily ({COLS}) {rows}")
         con.execute(copy)
@@ -323,3 +327,239 @@ def test_adopt_killed_half_way_continues_and_records_every_day_once(
     assert all(len(m) == 1 for m in mats.values())
     first_partition = ORDERS.partitions_def.start.date()
     assert set(mats) == {d.isoformat() for d in days if d >= first_partition}
+
+
+@pytest.mark.backends("embedded")
+def test_the_launchpad_job_checks_then_adopts_and_a_refusal_fails_its_run(
+    defs, instance, warehouse_path
+):
+    from backfill_assets.constants import ADOPT_JOB, ADOPT_OP
+    from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
+    from backfill_assets.service.runs import run_job
+    from tests.test_framework import _errors
+
+    first, end = dt.date(2025, 6, 1), dt.date(2025, 8, 1)  # partitions of the asset
+    con = duckdb.connect(str(warehouse_path))
+    con.execute(f"CREATE TABLE orders_daily ({DDL})")
+    con.execute(f"INSERT INTO orders_daily ({COLS}) {_synthetic(first, end)}")
+    con.close()
+    wh = DuckDBWarehouse(warehouse_path)
+
+    def adopt(**config: object) -> dg.ExecuteInProcessResult:
+        return run_job(
+            defs,
+            ADOPT_JOB,
+            instance,
+            run_config={"ops": {ADOPT_OP: {"config": {"target": "orders_daily", **config}}}},
+            raise_on_error=False,
+        )
+
+    snapshot = warehouse_path.read_bytes()
+    assert adopt(check_only=True).success
+    assert warehouse_path.read_bytes() == snapshot
+    assert _materializations(instance) == {}
+
+    assert adopt(code_version="1", chunk_days=14).success
+    days = _all_days(first, end - dt.timedelta(days=1))
+    assert [v[0] for v in _versions(wh)] == days
+    mats = _materializations(instance)
+    assert sorted(mats) == [d.isoformat() for d in days]
+    tags = [
+        (m[0].asset_materialization or dg.AssetMaterialization("x")).tags for m in mats.values()
+    ]
+    assert {(t or {})[CODE_VERSION_TAG] for t in tags} == {"1"}
+
+    # A duplicated key: the run fails saying so, and nothing more is written.
+    con = duckdb.connect(str(warehouse_path))
+    one_row = f"SELECT * FROM orders_daily WHERE order_date = DATE '{first}' LIMIT 1"
+    con.execute(f"INSERT INTO orders_daily {one_row}")
+    con.close()
+    versions = _versions(wh)
+    failed = adopt()
+    assert not failed.success
+    assert "occur more than once on 1 days" in _errors(failed)
+    assert _versions(wh) == versions and len(_materializations(instance)) == len(days)
+
+
+# -- PostgreSQL: a plain table converted online ----------------------------------------------------
+
+
+def _pg(url: str) -> tuple[str, str]:
+    """The server's URL without the query, and the test's schema."""
+    base, _, query = url.partition("?")
+    return base, query.split("schema=", 1)[1] if "schema=" in query else "public"
+
+
+def _old_history_postgres(url: str) -> None:
+    """orders_daily as an old pipeline left it on PostgreSQL: a plain table, two years of
+    synthetic days, then the landed days as logic v1 built them (its SQL transpiled)."""
+    import psycopg
+
+    from backfill_assets.lib.warehouse.dialects import transpile
+
+    _old_table_postgres(url, extra="")
+    base, schema = _pg(url)
+    synthetic = _synthetic(OLD_START + dt.timedelta(days=60), HISTORY_START)
+    v1 = transpile(f"SELECT {COLS} FROM ({ORDERS_DAILY_SQL_V1}) AS v1", "postgres")
+    with psycopg.connect(base, autocommit=True, options=f"-c search_path={schema}") as con:
+        con.execute(
+            cast("LiteralString", f"INSERT INTO orders_daily ({COLS}) {synthetic}".replace(
+                "INTERVAL 1 DAY", "INTERVAL '1 day'"
+            ))
+        )  # fmt: skip
+        con.execute(
+            cast("LiteralString", f"INSERT INTO orders_daily ({COLS}) {v1}"),
+            {"start": HISTORY_START, "end": HISTORY_END + dt.timedelta(days=1)},
+        )
+
+
+class _Reader:
+    """A dashboard: `SELECT count(*)` on the table in a loop, on its own connection; every
+    count it saw and its longest read."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.counts: set[int] = set()
+        self.longest = 0.0
+        self.reads = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        import psycopg
+
+        base, schema = _pg(self.url)
+        with psycopg.connect(base, autocommit=True, options=f"-c search_path={schema}") as con:
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    row = con.execute("SELECT count(*) FROM orders_daily").fetchone()
+                except psycopg.Error as e:
+                    self.errors.append(str(e))
+                    continue
+                self.longest = max(self.longest, time.perf_counter() - t0)
+                self.counts.add(int(row[0]) if row else -1)
+                self.reads += 1
+
+    def __enter__(self) -> _Reader:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+def _relkind(wh, name: str) -> str | None:
+    got = wh.query(
+        "SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relname = $n",
+        {"n": name},
+    )
+    return str(got[0][0]) if got else None
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgres")
+def test_a_plain_postgres_table_is_converted_online_and_the_whole_cycle_and_its_rollback_work(
+    defs, instance, landed, postgres_url, capsys
+):
+    wh = landed
+    _old_history_postgres(postgres_url)
+    rows = wh.query("SELECT count(*) FROM orders_daily")[0][0]
+    days = _all_days(OLD_START, HISTORY_END)
+    before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    assert sorted(before) == days
+
+    assert main(["adopt", "orders_daily", "--check"]) == 0
+    assert "converted online" in capsys.readouterr().out
+    with _Reader(postgres_url) as conversion:
+        assert main(["adopt", "orders_daily"]) == 0
+    # Readers read the whole table on every read, before, during and after the switch.
+    assert conversion.counts == {rows} and not conversion.errors and conversion.reads > 10
+    assert _relkind(wh, "orders_daily") == "p"  # now range-partitioned
+    assert wh.query("SELECT count(*) FROM orders_daily__adopted")[0][0] == rows  # the backup
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    recorded = {v[0]: v[2] for v in _versions(wh)}
+    assert {d: recorded[d] for d in days} == before
+    mats = _materializations(instance)
+    assert all(len(m) == 1 for m in mats.values())
+    assert set(mats) == {d.isoformat() for d in days if d >= ORDERS.partitions_def.start.date()}
+
+    # The cycle: plan, run, swap (readers timed again), the daily job's new day, rollback.
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    execute(defs, instance, wh, plan)
+    with _Reader(postgres_url) as swap:
+        assert perform_swap(instance, ORDERS, wh, plan.plan_id).action == "swapped"
+    # The switch held readers no longer than a swap (plus scheduling noise).
+    assert conversion.longest <= swap.longest + 0.25, (conversion.longest, swap.longest)
+    daily = HISTORY_END
+    wh.replace_partitions(SPEC, daily, daily + dt.timedelta(days=1), build=ORDERS_DAILY_SQL)
+    daily_sum = wh.checksums(SPEC, daily, daily + dt.timedelta(days=1))[daily]
+    assert swap_or_rollback(defs, instance, wh, plan.plan_id, "rollback").success
+    after = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    assert after[daily] == daily_sum
+    assert {d: c for d, c in after.items() if d != daily} == {
+        d: c for d, c in before.items() if d != daily
+    }
+
+    # Rolling back the adoption puts the old table back, with what was written since the switch
+    # in it: the daily job's day, and the plan's 7 days (written by its swap and its rollback).
+    assert main(["adopt", "orders_daily", "--rollback"]) == 0
+    assert "8 days written since the switch" in capsys.readouterr().out
+    assert _relkind(wh, "orders_daily") == "r"
+    assert _relkind(wh, "orders_daily__adopted") is None
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == after
+    assert _versions(wh) == []
+    # Adopted again, then released: the old table is dropped.
+    assert main(["adopt", "orders_daily"]) == 0
+    assert main(["adopt", "orders_daily", "--release"]) == 0
+    assert _relkind(wh, "orders_daily__adopted") is None
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == after
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgres")
+def test_a_conversion_killed_half_way_continues_and_keeps_the_old_pipelines_writes(
+    instance, landed, postgres_url
+):
+    import psycopg
+
+    wh = landed
+    _old_history_postgres(postgres_url)
+    env = {**os.environ, "DAGSTER_HOME": instance.root_directory}
+    exe = Path(sys.executable).with_name("backfill-assets")
+    proc = subprocess.Popen(
+        [str(exe), "adopt", "orders_daily"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    done = 0
+    try:
+        for line in proc.stderr:
+            done += " days recorded, " in line
+            if done == 5:
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert done == 5, "adopt finished before it could be killed half-way"
+    assert _relkind(wh, "orders_daily") == "r"  # not switched: readers still read the old table
+    # The old pipeline rewrites a day of a week already copied, while nothing runs.
+    base, schema = _pg(postgres_url)
+    with psycopg.connect(base, autocommit=True, options=f"-c search_path={schema}") as con:
+        con.execute("UPDATE orders_daily SET status = 'refunded' WHERE order_date = '2024-01-02'")
+    before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    assert main(["adopt", "orders_daily"]) == 0
+    assert _relkind(wh, "orders_daily") == "p"
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    recorded = {v[0]: v[2] for v in _versions(wh)}
+    assert {d: recorded[d] for d in before} == before
+    mats = _materializations(instance)
+    assert all(len(m) == 1 for m in mats.values())

@@ -12,6 +12,8 @@ from backfill_assets.cli.context import _context
 if TYPE_CHECKING:
     import argparse
 
+    from backfill_assets.cli.context import Context
+    from backfill_assets.lib.table import BackfillableTable
     from backfill_assets.service.adopt import Chunk
 
 
@@ -21,6 +23,8 @@ def cmd_adopt(a: argparse.Namespace) -> int:
 
     c = _context(a)
     table = table_for(c.tables, a.table)
+    if a.rollback or a.release:
+        return _undo(c, table, rollback=a.rollback)
     check = check_adoption(c.instance, c.wh, table, allow_duplicates=a.allow_duplicates)
     text = a.format != "json"
     if text:
@@ -31,20 +35,15 @@ def cmd_adopt(a: argparse.Namespace) -> int:
             print(json.dumps({"check": check.as_dict()}, indent=2))
         if check.refusals:
             print(
-                f"refused: {table.key} cannot be adopted as it is ({len(check.refusals)} "
-                "problems above); nothing was written",
+                f"refused: {table.key} cannot be adopted as it is (the check names "
+                f"{len(check.refusals)} problems and what to do); nothing was written",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
         return EXIT_OK
 
     def progress(chunk: Chunk) -> None:
-        print(
-            f"  {chunk.start}..{chunk.end} ({chunk.done}/{chunk.of}): {chunk.recorded} days "
-            f"recorded, {chunk.materialized} partitions materialized",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"  {chunk.describe()}", file=sys.stderr, flush=True)
 
     result = adopt_table(
         c.instance,
@@ -61,10 +60,20 @@ def cmd_adopt(a: argparse.Namespace) -> int:
     if not text:
         print(json.dumps({"check": check.as_dict(), "adopted": result.as_dict()}, indent=2))
         return EXIT_OK
-    print(
-        f"adopted {result.table}: {result.days} days, {result.recorded} recorded now "
-        f"({result.already_recorded} were already); {result.materialized} partitions "
-        f"materialized as code version {result.code_version}, {result.kept} kept their own "
-        f"materialization; {result.seconds:.1f} s"
-    )
+    print(result.describe())
+    return EXIT_OK
+
+
+def _undo(c: Context, table: BackfillableTable, *, rollback: bool) -> int:
+    from backfill_assets.service.adopt import release_adoption, rollback_adoption
+
+    if rollback:
+        n = rollback_adoption(c.instance, c.wh, table, wait_s=c.wait_s, on_wait=_say_waiting())
+        print(
+            f"rolled back the adoption of {table.key}: its old table is back under its name, with "
+            f"{n} days written since the switch copied into it"
+        )
+    else:
+        release_adoption(c.instance, c.wh, table, wait_s=c.wait_s, on_wait=_say_waiting())
+        print(f"released the old table of {table.key}; its adoption can no longer be rolled back")
     return EXIT_OK

@@ -125,8 +125,20 @@ def build_parser() -> argparse.ArgumentParser:
         cmd_adopt,
     )
     s.add_argument("table", help="the backfillable table (its asset key), as declared")
-    s.add_argument(
+    what = s.add_mutually_exclusive_group()
+    what.add_argument(
         "--check", action="store_true", help="report what adopt finds and would do; write nothing"
+    )
+    what.add_argument(
+        "--rollback",
+        action="store_true",
+        help="PostgreSQL: put back the old table a conversion kept (the days written since are "
+        "copied into it)",
+    )
+    what.add_argument(
+        "--release",
+        action="store_true",
+        help="PostgreSQL: drop the old table a conversion kept (no --rollback after this)",
     )
     s.add_argument(
         "--allow-duplicates",

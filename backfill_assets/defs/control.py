@@ -5,6 +5,7 @@
 - `approve_backfill_job` approves a proposed plan by id (atomically per table).
 - `start_backfill_plan_job` hands an approved plan to its table's batch driver;
   `pause_backfill_plan_job` stops the driver from launching further batches.
+- `adopt_table_job` adopts a table that already exists, as `backfill-assets adopt` does.
 
 These are module-level objects, identical for every `backfill_definitions` call, so merging the
 results of two calls does not conflict. The tables come from the run's code location.
@@ -16,6 +17,8 @@ from typing import Any
 import dagster as dg
 
 from backfill_assets.constants import (
+    ADOPT_JOB,
+    ADOPT_OP,
     APPROVE_JOB,
     APPROVE_OP,
     PAUSE_JOB,
@@ -28,10 +31,16 @@ from backfill_assets.constants import (
     START_OP,
     WAREHOUSE_RESOURCE_KEY,
 )
-from backfill_assets.errors import ExecutionRefused, InvalidInput
+from backfill_assets.errors import AdoptionRefused, ExecutionRefused, InvalidInput
 from backfill_assets.lib.planning.build import PlanRequest
 from backfill_assets.lib.planning.criteria import load_criteria_yaml
 from backfill_assets.lib.table import BackfillableTable
+from backfill_assets.service.adopt import (
+    DEFAULT_CHUNK_DAYS,
+    DEFAULT_CODE_VERSION,
+    adopt_table,
+    check_adoption,
+)
 from backfill_assets.service.approval import approve_plan, propose_plan
 from backfill_assets.service.batch_driver import pause_plan, start_plan
 from backfill_assets.service.planner import plan_backfill, plan_stale
@@ -80,6 +89,16 @@ class PlanCommandConfig(dg.Config):
 
     plan_id: str
     requested_by: str = "dagster-ui"
+
+
+class AdoptConfig(dg.Config):
+    """The same inputs as `backfill-assets adopt` (`check_only`: its --check)."""
+
+    target: str
+    check_only: bool = False
+    allow_duplicates: bool = False
+    code_version: str = DEFAULT_CODE_VERSION
+    chunk_days: int = DEFAULT_CHUNK_DAYS
 
 
 def _location(context: dg.OpExecutionContext) -> tuple[Any, dict[str, BackfillableTable], Any]:
@@ -195,6 +214,39 @@ def pause_backfill_plan_op(context: dg.OpExecutionContext, config: PlanCommandCo
     context.log.info(pause_plan(context.instance, config.plan_id, config.requested_by))
 
 
+@dg.op(
+    name=ADOPT_OP,
+    required_resource_keys=_RESOURCES,
+    description="Adopt a table that already exists: check it against its declaration (with "
+    "check_only, that is all), then record each day's rows and checksum in place and give each "
+    "partition without a materialization one (docs/adopt.md).",
+)
+def adopt_table_op(context: dg.OpExecutionContext, config: AdoptConfig) -> None:
+    _, tables, repository = _location(context)
+    table = table_for(tables, config.target, what="target")
+    _refuse_bad_daily_job(repository, table)
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
+    check = check_adoption(context.instance, wh, table, allow_duplicates=config.allow_duplicates)
+    context.log.info("\n".join(check.lines()))
+    if check.refusals:
+        raise AdoptionRefused("; ".join(check.refusals) + ". Nothing was written")
+    if config.check_only:
+        return
+
+    result = adopt_table(
+        context.instance,
+        wh,
+        table,
+        check=check,
+        code_version=config.code_version,
+        allow_duplicates=config.allow_duplicates,
+        chunk_days=config.chunk_days,
+        wait_s=table.writer_wait_seconds,
+        on_chunk=lambda chunk: context.log.info(chunk.describe()),
+    )
+    context.log.info(result.describe())
+
+
 @dg.job(
     name=PLAN_JOB,
     description="Plan a backfill from the Launchpad (config: target, start, end, window, "
@@ -219,6 +271,15 @@ def start_backfill_plan_job() -> None:
 
 
 @dg.job(
+    name=ADOPT_JOB,
+    description="Adopt a table that already exists, with its history (config: target; "
+    "check_only to only report). Its rows stay where they are.",
+)
+def adopt_table_job() -> None:
+    adopt_table_op()
+
+
+@dg.job(
     name=PAUSE_JOB,
     description="Pause an approved backfill plan (config: plan_id); start it again to resume.",
 )
@@ -233,5 +294,6 @@ CONTROL_DEFINITIONS = dg.Definitions(
         approve_backfill_job,
         start_backfill_plan_job,
         pause_backfill_plan_job,
+        adopt_table_job,
     ],
 )

@@ -9,9 +9,9 @@ saying what is wrong and how to fix it, and what is only reported.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 from backfill_assets.lib.spec import TableSpec
 
@@ -42,6 +42,7 @@ class ExistingRelation:
     declared: tuple[tuple[str, str], ...] = ()
     detail: str = ""  # how a table partitioned another way is partitioned
     layout: bool = False
+    views: tuple[str, ...] = ()  # views over it (PostgreSQL: they follow a table, not a name)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,27 @@ class TableScan:
     examples: tuple[DuplicateKey, ...]
     recorded: frozenset[dt.date]
     seconds: float
+
+    @classmethod
+    def from_rows(
+        cls,
+        counts: Sequence[Sequence[Any]],
+        duplicates: Sequence[Sequence[Any]],
+        examples: Sequence[Sequence[Any]],
+        recorded: Iterable[dt.date],
+        seconds: float,
+    ) -> TableScan:
+        """From the adapters' query results: (day or None, rows) per day; (day, keys, rows) per
+        day with duplicate keys; (day, *key, rows) per example; the recorded days."""
+        return cls(
+            rows_by_day={d: int(n) for d, n in counts if d is not None},
+            null_partition_rows=sum(int(n) for d, n in counts if d is None),
+            duplicate_keys={d: int(k) for d, k, _ in duplicates},
+            duplicate_rows={d: int(r) for d, _, r in duplicates},
+            examples=tuple(DuplicateKey(r[0], tuple(r[1:-1]), int(r[-1])) for r in examples),
+            recorded=frozenset(recorded),
+            seconds=seconds,
+        )
 
     @property
     def rows(self) -> int:
@@ -132,7 +154,6 @@ class AdoptionCheck:
     materialized: int = 0  # partitions that already have a materialization in the instance
     partitions: int = 0  # of the scanned days, those that are partitions of the asset
     estimate_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -216,3 +237,25 @@ def _key_text(key: tuple[Any, ...]) -> str:
 def _days_text(days: list[dt.date], most: int = 5) -> str:
     shown = ", ".join(str(d) for d in days[:most])
     return shown + (f" and {len(days) - most} more" if len(days) > most else "")
+
+
+@runtime_checkable
+class ConvertsOnline(Protocol):
+    """A warehouse that adopts a plain table by converting it online to its layout (PostgreSQL:
+    lib/warehouse/postgres/convert.py says how)."""
+
+    def adoption_state(self, spec: TableSpec) -> str | None: ...
+
+    def convert_start(self, spec: TableSpec) -> None: ...
+
+    def converted_weeks(self, spec: TableSpec) -> set[dt.date]: ...
+
+    def changed_weeks(self, spec: TableSpec) -> set[dt.date]: ...
+
+    def convert_week(self, spec: TableSpec, week: dt.date) -> dict[dt.date, str]: ...
+
+    def convert_switch(self, spec: TableSpec) -> bool: ...
+
+    def convert_rollback(self, spec: TableSpec) -> int: ...
+
+    def convert_release(self, spec: TableSpec) -> bool: ...

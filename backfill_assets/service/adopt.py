@@ -21,6 +21,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -30,8 +31,11 @@ from backfill_assets.lib.adoption import (
     ABSENT,
     OTHER_PARTITIONING,
     PARTITIONED,
+    TABLE,
     VIEW,
     AdoptionCheck,
+    ConvertsOnline,
+    ExistingRelation,
     TableScan,
     column_problems,
 )
@@ -59,6 +63,13 @@ class Chunk:
     done: int  # chunks done so far
     of: int
 
+    def describe(self) -> str:
+        return (
+            f"{self.start}..{self.end - dt.timedelta(days=1)} ({self.done}/{self.of}): "
+            f"{self.recorded} days recorded, "
+            f"{self.materialized} partitions materialized"
+        )
+
 
 @dataclass(frozen=True)
 class AdoptionResult:
@@ -70,6 +81,14 @@ class AdoptionResult:
     kept: int  # partitions that had a materialization, kept as they were
     code_version: str
     seconds: float
+
+    def describe(self) -> str:
+        return (
+            f"adopted {self.table}: {self.days} days, {self.recorded} recorded now "
+            f"({self.already_recorded} were already); {self.materialized} partitions "
+            f"materialized as code version {self.code_version}, {self.kept} kept their own "
+            f"materialization; {self.seconds:.1f} s"
+        )
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -116,12 +135,19 @@ def check_adoption(
             f"Recreate it as a plain table (CREATE TABLE ... AS SELECT), or partitioned BY RANGE "
             f"({spec.partition_column}), then adopt again"
         )
-    elif wh.dialect == "postgres" and not (rel.kind == PARTITIONED and rel.layout):
+    elif rel.kind == PARTITIONED and not rel.layout:
         refusals.append(
-            f"{spec.name} is a {'plain' if rel.kind != PARTITIONED else 'partitioned'} table "
-            "that backfill_assets did not create: converting it online to the range-partitioned "
-            "layout is not available in this version, on PostgreSQL. Nothing was written; "
-            "`adopt --check` still reports its columns, days and keys"
+            f"{spec.name} is partitioned by range on {spec.partition_column}, but not in "
+            "backfill_assets' layout (one partition per ISO week under one per ISO year), so a "
+            f"swap could not attach its weeks. Rename it and create {spec.name} as a plain "
+            "table with its rows (CREATE TABLE ... AS SELECT), then adopt that: adopt converts "
+            "it online"
+        )
+    elif rel.views and converts(wh, rel):
+        refusals.append(
+            f"views read {spec.name} ({', '.join(rel.views)}): a view follows the table it was "
+            "created on, not its name, so after the conversion it would go on reading the old "
+            f"table. Drop them, adopt, then create them again on the new {spec.name}"
         )
     refusals.extend(column_problems(spec, rel) if rel.kind != ABSENT else [])
     holder = wh.active_plan(spec.name)
@@ -144,10 +170,10 @@ def check_adoption(
                 f"{spec.name} WHERE {spec.partition_column} IS NULL), then adopt again"
             )
         if scan.duplicate_keys and not allow_duplicates:
-            keys = sum(scan.duplicate_keys.values())
+            duplicated = sum(scan.duplicate_keys.values())
             example = scan.examples[0]
             refusals.append(
-                f"{keys:,} keys ({', '.join(spec.primary_key)}) occur more than once on "
+                f"{duplicated:,} keys ({', '.join(spec.primary_key)}) occur more than once on "
                 f"{len(scan.duplicate_keys)} days, e.g. {example.key} {example.rows} times on "
                 f"{example.day}: remove the duplicates, or adopt them as they are with "
                 "--allow-duplicates (the duplicate-key gate then fails a backfill of those days "
@@ -163,6 +189,13 @@ def check_adoption(
                 f"{outside} days with rows are not partitions of {table.key} (before "
                 f"{first}, or after today): they are recorded in the warehouse, but Dagster has "
                 "no partition to show them on; move the partitions' start_date back to show them"
+            )
+        if converts(wh, rel):
+            notes.append(
+                f"{spec.name} is a plain table: it is converted online, copied a week at a time "
+                "beside it while readers go on reading it, then the names are switched in one "
+                f"short transaction; the old table is kept as {spec.name}__adopted until "
+                f"`adopt {spec.name} --release` (`--rollback` puts it back)"
             )
         todo = len([d for d in scan.days if d not in scan.recorded])
         share = todo / len(scan.days) if scan.days else 0.0
@@ -208,42 +241,20 @@ def adopt_table(
         raise AdoptionRefused("; ".join(check.refusals) + ". Nothing was written")
     scan = check.scan
     assert scan is not None  # a check without refusals has read the table
-    spec = table.spec
     keys = _partition_keys(table, scan.rows_by_day, now)
     had = _materialized(instance, table, keys)
     days = scan.days
     already = len([d for d in days if d in scan.recorded])
-    chunks = [
-        (days[i], min(days[i] + dt.timedelta(days=chunk_days), days[-1] + dt.timedelta(days=1)))
-        for i in range(0, len(days), chunk_days)
-    ]
-    recorded = materialized = 0
-    for n, (c0, c1) in enumerate(chunks, 1):
-        chunk_recorded = 0
-        if any(d not in scan.recorded for d in _days(c0, c1)):
-            holder = holder_for_command("adopt")
-            with writer_lease(instance, wh, spec.name, holder, wait_s=wait_s, on_wait=on_wait):
-                plan = wh.active_plan(spec.name)
-                if plan is not None:
-                    raise AdoptionRefused(
-                        f"plan {plan} was approved for {spec.name} while it was being adopted: "
-                        f"adoption stopped after {recorded} days recorded now ({already} before). "
-                        "Run `backfill-assets adopt` again once the plan is released or abandoned; "
-                        "it continues where it stopped"
-                    )
-                chunk_recorded = len(
-                    wh.record_existing(spec, c0, c1, fingerprint=table.criteria.fingerprint_columns)
-                )
-        recorded += chunk_recorded
-        fresh = [
-            (d, scan.rows_by_day[d])
-            for d in _days(c0, c1)
-            if d.isoformat() in keys and d.isoformat() not in had
-        ]
-        _report(instance, table, fresh, code_version)
-        materialized += len(fresh)
-        if on_chunk is not None:
-            on_chunk(Chunk(c0, c1, chunk_recorded, len(fresh), n, len(chunks)))
+    if converts(wh, check.relation):
+        assert isinstance(wh, ConvertsOnline)
+        recorded, materialized = _convert(
+            instance, wh, table, scan, keys, had, code_version, wait_s, on_wait, on_chunk
+        )
+    else:
+        recorded, materialized = _in_place(
+            instance, wh, table, scan, keys, had, code_version, chunk_days, wait_s, on_wait,
+            on_chunk,
+        )  # fmt: skip
     return AdoptionResult(
         table=table.key,
         days=len(days),
@@ -254,6 +265,171 @@ def adopt_table(
         code_version=code_version,
         seconds=time.perf_counter() - t0,
     )
+
+
+def converts(wh: Warehouse, rel: ExistingRelation) -> bool:
+    """Whether adopting `rel` converts it online (a plain table on PostgreSQL)."""
+    return isinstance(wh, ConvertsOnline) and rel.kind == TABLE and not rel.layout
+
+
+def _refuse_held(wh: Warehouse, spec_name: str, recorded: int) -> None:
+    """Under the writer lease: stop if a plan was approved for the table meanwhile."""
+    plan = wh.active_plan(spec_name)
+    if plan is not None:
+        raise AdoptionRefused(
+            f"plan {plan} was approved for {spec_name} while it was being adopted: adoption "
+            f"stopped after {recorded} days recorded now. Run `backfill-assets adopt` again once "
+            "the plan is released or abandoned; it continues where it stopped"
+        )
+
+
+def _in_place(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    scan: TableScan,
+    keys: set[str],
+    had: set[str],
+    code_version: str,
+    chunk_days: int,
+    wait_s: float,
+    on_wait: Callable[[Waiting], None] | None,
+    on_chunk: Callable[[Chunk], None] | None,
+) -> tuple[int, int]:
+    """Record the days in chunks, each under the writer lease; (days recorded, materialized)."""
+    spec, days = table.spec, scan.days
+    chunks = [
+        (days[i], min(days[i] + dt.timedelta(days=chunk_days), days[-1] + dt.timedelta(days=1)))
+        for i in range(0, len(days), chunk_days)
+    ]
+    recorded = materialized = 0
+    for n, (c0, c1) in enumerate(chunks, 1):
+        chunk_recorded = 0
+        if any(d not in scan.recorded for d in _days(c0, c1)):
+            holder = holder_for_command("adopt")
+            with writer_lease(instance, wh, spec.name, holder, wait_s=wait_s, on_wait=on_wait):
+                _refuse_held(wh, spec.name, recorded)
+                chunk_recorded = len(
+                    wh.record_existing(spec, c0, c1, fingerprint=table.criteria.fingerprint_columns)
+                )
+        recorded += chunk_recorded
+        fresh = _fresh(scan, c0, c1, keys, had)
+        _report(instance, table, fresh, code_version)
+        materialized += len(fresh)
+        if on_chunk is not None:
+            on_chunk(Chunk(c0, c1, chunk_recorded, len(fresh), n, len(chunks)))
+    return recorded, materialized
+
+
+SWITCH_ATTEMPTS = 5
+
+
+def _convert(
+    instance: dg.DagsterInstance,
+    wh: ConvertsOnline,
+    table: BackfillableTable,
+    scan: TableScan,
+    keys: set[str],
+    had: set[str],
+    code_version: str,
+    wait_s: float,
+    on_wait: Callable[[Waiting], None] | None,
+    on_chunk: Callable[[Chunk], None] | None,
+) -> tuple[int, int]:
+    """Convert a plain table online, a week at a time, each under the writer lease, then switch
+    the names (lib/warehouse/postgres/convert.py); (days recorded, materialized)."""
+    spec = table.spec
+    base: Warehouse = wh  # type: ignore[assignment]
+
+    def lease() -> Any:
+        return writer_lease(
+            instance, base, spec.name, holder_for_command("adopt"), wait_s=wait_s, on_wait=on_wait
+        )
+
+    with lease():
+        _refuse_held(base, spec.name, 0)
+        wh.convert_start(spec)
+    done = wh.converted_weeks(spec)
+    weeks = sorted({d - dt.timedelta(days=d.weekday()) for d in scan.days})
+    recorded = materialized = 0
+    for n, week in enumerate(weeks, 1):
+        end = week + dt.timedelta(days=7)
+        week_recorded = 0
+        if week not in done:
+            with lease():
+                _refuse_held(base, spec.name, recorded)
+                week_recorded = len(wh.convert_week(spec, week))
+        recorded += week_recorded
+        fresh = _fresh(scan, week, end, keys, had)
+        _report(instance, table, fresh, code_version)
+        materialized += len(fresh)
+        if on_chunk is not None:
+            on_chunk(Chunk(week, end, week_recorded, len(fresh), n, len(weeks)))
+    # What the old pipeline wrote meanwhile is copied again; the switch refuses while any is
+    # left, and its attempts are short (each waits at most as long as a swap's).
+    for _ in range(SWITCH_ATTEMPTS):
+        for week in sorted(wh.changed_weeks(spec)):
+            with lease():
+                wh.convert_week(spec, week)
+        with lease():
+            _refuse_held(base, spec.name, recorded)
+            if wh.convert_switch(spec):
+                return recorded, materialized
+    raise AdoptionRefused(
+        f"{spec.name} kept being written while its adoption tried to switch ({SWITCH_ATTEMPTS} "
+        "attempts): stop the old pipeline's writes for a moment and run `backfill-assets adopt` "
+        "again; it continues where it stopped"
+    )
+
+
+def _fresh(
+    scan: TableScan, start: dt.date, end: dt.date, keys: set[str], had: set[str]
+) -> list[tuple[dt.date, int]]:
+    """The days of [start, end) with rows that are partitions without a materialization."""
+    return [
+        (d, scan.rows_by_day[d])
+        for d in _days(start, end)
+        if d.isoformat() in keys and d.isoformat() not in had
+    ]
+
+
+def rollback_adoption(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    *,
+    wait_s: float = 3600.0,
+    on_wait: Callable[[Waiting], None] | None = None,
+) -> int:
+    """Put a converted table's old table back (the days written since copied into it); the
+    days copied back. DuckDB adopts in place: there is nothing to put back."""
+    if not isinstance(wh, ConvertsOnline):
+        raise AdoptionRefused(
+            f"{wh.dialect} adopts a table in place, without a copy: there is no old table to put "
+            "back. Nothing was changed"
+        )
+    holder = holder_for_command("adopt")
+    with writer_lease(instance, wh, table.key, holder, wait_s=wait_s, on_wait=on_wait):
+        return wh.convert_rollback(table.spec)
+
+
+def release_adoption(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    *,
+    wait_s: float = 3600.0,
+    on_wait: Callable[[Waiting], None] | None = None,
+) -> bool:
+    """Drop the old table a conversion kept; whether there was one."""
+    if not isinstance(wh, ConvertsOnline):
+        raise AdoptionRefused(
+            f"{wh.dialect} adopts a table in place, without a copy: there is no old table to "
+            "release. Nothing was changed"
+        )
+    holder = holder_for_command("adopt")
+    with writer_lease(instance, wh, table.key, holder, wait_s=wait_s, on_wait=on_wait):
+        return wh.convert_release(table.spec)
 
 
 def _code_version(value: str) -> str:

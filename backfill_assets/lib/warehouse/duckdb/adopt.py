@@ -15,12 +15,12 @@ from collections.abc import Sequence
 
 import duckdb
 
+from backfill_assets.constants import TEMPLATE_SUFFIX
 from backfill_assets.errors import WarehouseMissing
 from backfill_assets.lib.adoption import (
     ABSENT,
     TABLE,
     VIEW,
-    DuplicateKey,
     ExistingRelation,
     TableScan,
 )
@@ -46,7 +46,7 @@ class DuckDBAdopt(DuckDBLayout):
                 if kind is None:
                     return ExistingRelation(spec.name, ABSENT, declared=declared)
                 layout = self._exists(con, base_table(spec)) or self._exists(
-                    con, f"{spec.name}__template"
+                    con, f"{spec.name}{TEMPLATE_SUFFIX}"
                 )
                 cols = con.execute(
                     "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = "
@@ -98,14 +98,8 @@ class DuckDBAdopt(DuckDBLayout):
                 if self._has_table(con, M, "partition_versions")
                 else []
             )
-        return TableScan(
-            rows_by_day={d: int(n) for d, n in counts if d is not None},
-            null_partition_rows=sum(int(n) for d, n in counts if d is None),
-            duplicate_keys={d: int(k) for d, k, _ in dups},
-            duplicate_rows={d: int(r) for d, _, r in dups},
-            examples=tuple(DuplicateKey(r[0], tuple(r[1:-1]), int(r[-1])) for r in examples),
-            recorded=frozenset(r[0] for r in recorded),
-            seconds=time.perf_counter() - t0,
+        return TableScan.from_rows(
+            counts, dups, examples, (r[0] for r in recorded), time.perf_counter() - t0
         )
 
     def record_existing(

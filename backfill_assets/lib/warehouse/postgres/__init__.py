@@ -28,21 +28,21 @@ with the sessions that held the table and nothing changed. Rollback is the rever
 build log, the swap log, the writer lease and the plan claim of each table, keyed by
 `schema.table`; the swap checks versions under row locks in the transaction of its renames.
 
-The adapter is cut by concern: `connection` (connections, transactions, the hooks),
-`meta` (the metadata tables, versions, checksums), `layout` (the target's relations), `writes`
-(partition writes, plain tables, reads), `swap` (swap, rollback, release, abandon) and `gates`
-(the gates' reads). What every engine shares (leases, plan claims and records, the version
+The adapter is cut by concern: `connection` (connections, transactions, the hooks), `meta` (the
+metadata tables, versions, checksums), `layout` (the target's relations), `writes` (partition
+writes, plain tables, reads), `swap` (swap, rollback, release, abandon), `gates` (the gates'
+reads), `adopt` (an existing table read and recorded) and `convert` (a plain table adopted by
+converting it online). What every engine shares (leases, plan claims and records, the version
 check, names) is `lib/warehouse/shared`.
 """
 
 from __future__ import annotations
 
-from backfill_assets.lib.warehouse.postgres.adopt import PostgresAdopt
-from backfill_assets.lib.warehouse.postgres.swap import PostgresSwap
+from backfill_assets.lib.warehouse.postgres.convert import PostgresConvert
 from backfill_assets.lib.warehouse.postgres.writes import PostgresWrites
 
 
-class PostgresWarehouse(PostgresWrites, PostgresSwap, PostgresAdopt):
+class PostgresWarehouse(PostgresWrites, PostgresConvert):
     """The PostgreSQL warehouse: one schema of one database."""
 
 

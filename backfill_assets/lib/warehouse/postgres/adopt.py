@@ -1,9 +1,8 @@
 """PostgreSQL: reading a table that already exists, for `adopt --check`, and recording the days
 of a table that is already in the framework's layout.
 
-A plain table (or one partitioned another way) is not converted here: `service.adopt` refuses it
-and says so. The checks read only: the declaration's types are named by the server through a
-temporary table created in a transaction that is rolled back.
+A plain table is converted online by `convert.py`. The checks read only: the declaration's types
+are named by the server through a temporary table created in a transaction that is rolled back.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from backfill_assets.lib.adoption import (
     PARTITIONED,
     TABLE,
     VIEW,
-    DuplicateKey,
     ExistingRelation,
     TableScan,
 )
@@ -74,6 +72,7 @@ class PostgresAdopt(PostgresLayout):
                 kind = PARTITIONED if ranged else OTHER_PARTITIONING
                 detail = str(part[1]) if part else ""
             layout = self._exists(con, spec.shadow_name)
+            views = tuple(self._dependent_views(con, spec.name))
         return ExistingRelation(
             spec.name,
             kind,
@@ -81,6 +80,7 @@ class PostgresAdopt(PostgresLayout):
             declared,
             detail=detail,
             layout=layout,
+            views=views,
         )
 
     def _declared_types(self, spec: TableSpec) -> tuple[tuple[str, str], ...]:
@@ -134,14 +134,8 @@ class PostgresAdopt(PostgresLayout):
                 if self._exists_meta(con)
                 else []
             )
-        return TableScan(
-            rows_by_day={d: int(n) for d, n in counts if d is not None},
-            null_partition_rows=sum(int(n) for d, n in counts if d is None),
-            duplicate_keys={d: int(k) for d, k, _ in dups},
-            duplicate_rows={d: int(r) for d, _, r in dups},
-            examples=tuple(DuplicateKey(r[0], tuple(r[1:-1]), int(r[-1])) for r in examples),
-            recorded=frozenset(r[0] for r in recorded),
-            seconds=time.perf_counter() - t0,
+        return TableScan.from_rows(
+            counts, dups, examples, (r[0] for r in recorded), time.perf_counter() - t0
         )
 
     def _exists_meta(self, con: object) -> bool:

@@ -166,10 +166,9 @@ class PostgresLayout(PostgresMeta):
         if row is None or row[0] != "r" or row[1] != spec.partition_column:
             raise InvalidInput(
                 f"{self.schema}.{spec.name} exists but is not partitioned by range on "
-                f"{spec.partition_column}, so backfill_assets cannot write it: "
-                f"`backfill-assets adopt {spec.name} --check` reports how it differs from its "
-                "declaration; adopting a plain table on PostgreSQL is not available yet "
-                "(docs/adopt.md)"
+                f"{spec.partition_column}, so backfill_assets cannot write it yet: adopt it "
+                f"(`backfill-assets adopt {spec.name}`), which converts it online to the "
+                "partitioned layout and keeps the old table until you release it (docs/adopt.md)"
             )
 
     @staticmethod
