@@ -18,6 +18,7 @@ __version__ = "0.2.0"
 
 _EXPORTS = {
     "BackfillableTable": "backfill_assets.lib.table",
+    "Budget": "backfill_assets.lib.planning.batches",
     "TableSpec": "backfill_assets.lib.spec",
     "Column": "backfill_assets.lib.spec",
     "SourceRef": "backfill_assets.lib.spec",
@@ -45,6 +46,7 @@ __all__ = [
     "BackfillError",
     "BackfillableTable",
     "BackfillableTableComponent",
+    "Budget",
     "ChangedColumn",
     "Column",
     "Criteria",
@@ -79,6 +81,7 @@ if TYPE_CHECKING:
         SwapRefused,
         WarehouseError,
     )
+    from backfill_assets.lib.planning.batches import Budget
     from backfill_assets.lib.planning.criteria import (
         ChangedColumn,
         Criteria,

@@ -1,5 +1,5 @@
 """`backfill-assets`: plan, approve, run, start, pause, status, list, swap, rollback, release,
-abandon, doctor and adopt, on any code location.
+abandon, doctor, runbook and adopt, on any code location.
 
 Thin: parse arguments, load the code location and the instance, call service/. The tables come
 from the loaded definitions (their target assets carry them), the warehouse from its
@@ -17,7 +17,7 @@ was written); 3 the swap or rollback is done but the downstream refresh failed.
     planning.py    plan, approve
     running.py     run, start, pause
     swapping.py    swap, rollback, release, abandon
-    reporting.py   status, list, doctor
+    reporting.py   status, list, doctor, runbook
     adopting.py    adopt: an existing table, with its history
     context.py     what every command works with: the location, instance, warehouse
     common.py      exit codes, the clock (`common._now`), runs' output, waiting for a writer

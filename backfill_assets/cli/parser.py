@@ -10,7 +10,7 @@ from backfill_assets.cli.adopting import cmd_adopt
 from backfill_assets.cli.common import EXIT_CODES
 from backfill_assets.cli.options import add_format_option, add_location_options, add_plan_argument
 from backfill_assets.cli.planning import cmd_approve, cmd_plan
-from backfill_assets.cli.reporting import cmd_doctor, cmd_list, cmd_status
+from backfill_assets.cli.reporting import cmd_doctor, cmd_list, cmd_runbook, cmd_status
 from backfill_assets.cli.running import cmd_pause, cmd_run, cmd_start
 from backfill_assets.cli.swapping import cmd_abandon, cmd_release, cmd_rollback, cmd_swap
 
@@ -118,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = command("abandon", "give up an unswapped plan and drop its shadow", cmd_abandon)
     add_plan_argument(s)
+
+    s = command(
+        "runbook",
+        "a table's backfill runbook (Markdown), generated from its declaration and history",
+        cmd_runbook,
+    )
+    s.add_argument("table", help="the backfillable table (its asset key)")
 
     s = command(
         "adopt",

@@ -1,4 +1,5 @@
-"""`status`, `list` and `doctor`: where a plan stands, the plans there are, and what is wrong."""
+"""`status`, `list`, `doctor` and `runbook`: where a plan stands, the plans there are, what is
+wrong, and a table's runbook."""
 
 from __future__ import annotations
 
@@ -81,4 +82,15 @@ def cmd_doctor(a: argparse.Namespace) -> int:
         )
     elif open_ and not a.repair:
         print(f"doctor: {len(open_)} problems; `backfill-assets doctor --repair` fixes them")
+    return EXIT_OK
+
+
+def cmd_runbook(a: argparse.Namespace) -> int:
+    from backfill_assets.lib.runbook import render_runbook
+    from backfill_assets.service.history import daily_run_durations
+    from backfill_assets.service.tables import table_for
+
+    c = _context(a)
+    table = table_for(c.tables, a.table)
+    print(render_runbook(table, daily_run_durations(c.instance, table.daily_job)), end="")
     return EXIT_OK

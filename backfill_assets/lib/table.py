@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 import dagster as dg
 
 from backfill_assets.errors import BackfillError, InvalidInput
+from backfill_assets.lib.planning.batches import Budget
 from backfill_assets.lib.planning.build import TargetInfo
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.planning.windows import parse_window
@@ -67,6 +68,10 @@ class BackfillableTable:
             launch is refused and nothing is proposed.
         writer_wait_seconds: how long a run waits for this table's writer lease (another writer
             of the table is running) before it fails with who holds it.
+        backfill_budget: the most a backfill may use of the warehouse in one occurrence of its
+            idle window (`Budget(max_seconds=..., max_rows=...)`, estimated); the planner spreads
+            the batches over more occurrences to stay within it, and refuses a batch that alone
+            goes over it.
     """
 
     spec: TableSpec
@@ -82,6 +87,7 @@ class BackfillableTable:
     daily_lookback_days: int = 3
     backfill_window: str | None = None
     writer_wait_seconds: float = 3600.0
+    backfill_budget: Budget | None = None
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -126,6 +132,10 @@ class BackfillableTable:
                 parse_window(self.backfill_window)
             except BackfillError as e:
                 raise InvalidInput(f"{name}: backfill_window: {e}") from None
+        if self.backfill_budget is not None and not isinstance(self.backfill_budget, Budget):
+            raise InvalidInput(
+                f"{name}: backfill_budget must be a Budget(max_seconds=..., max_rows=...)"
+            )
         self.criteria.validate(self.spec.column_names)
 
     @property
@@ -164,6 +174,7 @@ class BackfillableTable:
             columns=self.spec.column_names,
             default_criteria=self.criteria,
             bytes_per_row=self.spec.bytes_per_row,
+            budget=self.backfill_budget,
         )
 
     def describe(self) -> dict[str, Any]:
@@ -178,5 +189,11 @@ class BackfillableTable:
             "production_jobs": list(self.production_job_names),
             "daily_lookback_days": self.daily_lookback_days,
             "backfill_window": self.backfill_window,
+            "backfill_budget": {
+                "max_seconds": self.backfill_budget.max_seconds,
+                "max_rows": self.backfill_budget.max_rows,
+            }
+            if self.backfill_budget
+            else None,
             "criteria": self.criteria.to_dict(),
         }

@@ -39,8 +39,11 @@ from backfill_assets.lib.adoption import (
     TableScan,
     column_problems,
 )
+from backfill_assets.lib.planning.cost import daily_duration
+from backfill_assets.lib.runbook import propose_window
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.history import daily_run_durations
 from backfill_assets.service.lease import Waiting, holder_for_command, writer_lease
 
 DEFAULT_CODE_VERSION = "adopted"
@@ -200,6 +203,17 @@ def check_adoption(
         todo = len([d for d in scan.days if d not in scan.recorded])
         share = todo / len(scan.days) if scan.days else 0.0
         estimate = scan.seconds * RECORD_FACTOR * share + (partitions - materialized) * EVENT_S
+    if table.backfill_window is None:
+        duration, basis = daily_duration(
+            daily_run_durations(instance, table.daily_job), table.daily_job
+        )
+        proposed = propose_window(table.daily_expected_start, duration)
+        notes.append(
+            f"{table.key} declares no idle window (backfill_window): "
+            + (f"{proposed} keeps clear of its daily job ({basis}); " if proposed else "")
+            + "declare it, and a backfill_budget, as its runbook says (`backfill-assets runbook "
+            f"{table.key}`)"
+        )
     return AdoptionCheck(
         table=table.key,
         where=where,

@@ -19,6 +19,7 @@ import pytest
 
 from backfill_assets.constants import GATE_NAMES, PLAN_SCHEMA_VERSION, ROW_COUNT_CHECK
 from backfill_assets.errors import InvalidInput, PlanRefused
+from backfill_assets.lib.planning.batches import Budget
 from backfill_assets.lib.planning.build import (
     ImpactedAsset,
     PlanInputs,
@@ -703,3 +704,54 @@ def test_a_five_year_plan_has_one_batch_per_iso_week() -> None:
     plan = build_plan(request(start="2021-01-01", end="2025-12-31"), inputs())
     assert len(plan.partitions) == 1826
     assert len(plan.batches) == 262
+
+
+# --- the table's backfill budget: per window occurrence -------------------------------------------
+
+
+def test_a_budget_spreads_the_batches_over_more_occurrences(tmp_path: Path) -> None:
+    # Without a budget, 7 batches of 50 min fill 22:00-03:50 of one night (see above); with at
+    # most 2 h of warehouse time a night, 2 batches fit in each occurrence.
+    tgt = target(daily_expected_start=dt.time(6, 0))
+    free = build_plan(request(window="22:00-04:00"), fixed_batches(3000.0, tgt))
+    bounded = dataclasses.replace(tgt, budget=Budget(max_seconds=7200))
+    plan = build_plan(request(window="22:00-04:00"), fixed_batches(3000.0, bounded))
+    assert free.contention.occurrences_needed == 2
+    assert plan.contention.occurrences_needed == 7  # 13 batches, 2 a night
+    nights: dict[str, int] = {}
+    for start, _ in local_slots(plan, ZoneInfo("UTC")):
+        nights[start[:10]] = nights.get(start[:10], 0) + 1
+    assert max(nights.values()) == 2
+    assert_validate_plan_holds(plan, tmp_path)
+
+
+def test_a_rows_budget_counts_the_estimated_rows_of_each_occurrence() -> None:
+    # 1,000 rows a day: a full week is 7,000 rows; at most 10,000 rows a night, one week a night.
+    rows = {dt.date(2025, 12, 1) + dt.timedelta(days=i): 1000 for i in range(120)}
+    tgt = target(daily_expected_start=dt.time(6, 0), budget=Budget(max_rows=10_000))
+    plan = build_plan(request(window="22:00-04:00"), inputs(tgt, partition_rows=rows))
+    assert len(plan.batches) == 14
+    # Two weeks (14,000 rows) go over 10,000: one batch a night, but the last (2026-03-30..31,
+    # 2,000 rows) joins the one before it (7,000).
+    assert [b.estimated_rows for b in plan.batches][-2:] == [7000, 2000]
+    assert plan.contention.occurrences_needed == 13
+    assert all(b.estimated_rows <= 10_000 for b in plan.batches)
+
+
+def test_a_batch_over_the_budget_alone_is_refused_saying_what_would_fit() -> None:
+    tgt = target(daily_expected_start=dt.time(6, 0), budget=Budget(max_seconds=1800))
+    why = (
+        r"batch 1 .* needs an estimated 50m 00s and [0-9,]+ rows, more than the table's backfill "
+        r"budget allows in one window occurrence \(30m 00s of estimated warehouse time per "
+        r"window occurrence\).*raise the budget"
+    )
+    with pytest.raises(PlanRefused, match=why):
+        build_plan(request(window="22:00-04:00"), fixed_batches(3000.0, tgt))
+
+
+@pytest.mark.parametrize(
+    "kw", [{"max_seconds": 0}, {"max_rows": -5}, {"max_rows": 1.5}, {"max_seconds": True}]
+)
+def test_a_budget_that_is_not_positive_is_refused(kw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInput, match="backfill budget"):
+        Budget(**kw)

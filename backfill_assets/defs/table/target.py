@@ -21,6 +21,7 @@ from backfill_assets.defs.table.steps import (
     utc_now,
     warehouse_resource,
 )
+from backfill_assets.lib.runbook import render_runbook
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.downstream import DbtDownstream
 from backfill_assets.service.frontdoor import daily_path_refusal, propose_instead
@@ -52,6 +53,7 @@ def build_target_asset(
         metadata={
             TABLE_METADATA_KEY: table,
             "backfill_assets/declaration": dg.MetadataValue.json(table.describe()),
+            "backfill_assets/runbook": dg.MetadataValue.md(render_runbook(table)),
             "primary_key": list(spec.primary_key),
             "partition_column": spec.partition_column,
             DOWNSTREAM_DBT_METADATA_KEY: downstream is not None,

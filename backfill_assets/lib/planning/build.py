@@ -17,6 +17,7 @@ from backfill_assets.errors import InvalidInput, PlanRefused
 from backfill_assets.lib.dates import parse_day
 from backfill_assets.lib.planning.batches import (
     BatchLoad,
+    Budget,
     human_duration,
     place_batches,
     slot_seconds,
@@ -73,6 +74,7 @@ class TargetInfo:
     columns: tuple[str, ...]  # column names (criteria are validated against them)
     default_criteria: Criteria
     bytes_per_row: int = 100
+    budget: Budget | None = None  # the most a window occurrence may take (None: no bound)
 
 
 @dataclass(frozen=True)
@@ -171,8 +173,10 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         offset += n
     estimates = [rates.batch_seconds(r) for r in batch_rows]
     loads = [
-        BatchLoad(f"batch {i} ({ws}..{we})", slot_seconds(est))
-        for i, ((ws, we), est) in enumerate(zip(spans, estimates, strict=True), start=1)
+        BatchLoad(f"batch {i} ({ws}..{we})", slot_seconds(est), n_rows)
+        for i, ((ws, we), est, n_rows) in enumerate(
+            zip(spans, estimates, batch_rows, strict=True), start=1
+        )
     ]
 
     def clear_of_daily_run(
@@ -188,7 +192,11 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         if (piece := clear_of_daily_run(occ)) is not None
     )
     placements = place_batches(
-        loads, usable, nominal_seconds=window.length_seconds, window_label=window.label
+        loads,
+        usable,
+        nominal_seconds=window.length_seconds,
+        window_label=window.label,
+        budget=target.budget,
     )
 
     keys = tuple((start + dt.timedelta(days=i)).isoformat() for i in range(n_days))
