@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
+import duckdb
 import pytest
 import yaml
 
@@ -43,19 +44,47 @@ def shop() -> Iterator[object]:
 
 
 def seed(shop, path: Path) -> DuckDBWarehouse:
-    """The past: raw events landed, and both tables as their buggy v1 builds wrote them."""
-    from backfill_assets.lib.frames import check_frame
-
-    wh = DuckDBWarehouse(path, lock_timeout_s=5)
+    """The past, as the shop's old pipeline left it: raw events landed, and both tables as their
+    buggy v1 builds wrote them, by plain SQL on the file, not through backfill_assets. The tests
+    then bring the tables in as a user does: `adopt` (`adopt_in` or the CLI)."""
     start, end = HISTORY[0], HISTORY[1] + dt.timedelta(days=1)
-    wh.replace_plain_partitions(
-        shop.RAW_EVENTS, shop.RAW_EVENT_COLUMNS, "event_date", shop.RAW_EVENTS_SQL, start, end,
-        {"n": 20},
-    )  # fmt: skip
-    wh.replace_partitions(shop.EVENTS.spec, start, end, build=shop.EVENTS_SQL_V1)
-    frame = check_frame(shop.STORES.spec, shop.build_stores_v1(start, end), start, end)
-    wh.replace_partitions(shop.STORES.spec, start, end, build=frame)
-    return wh
+    con = duckdb.connect(str(path))
+    try:
+        raw = ", ".join(name for name, _ in shop.RAW_EVENT_COLUMNS)
+        ddl = ", ".join(f"{name} {kind}" for name, kind in shop.RAW_EVENT_COLUMNS)
+        con.execute(f"CREATE TABLE {shop.RAW_EVENTS} ({ddl})")
+        for i in range((end - start).days):
+            con.execute(
+                f"INSERT INTO {shop.RAW_EVENTS} ({raw}) SELECT {raw} FROM ({shop.RAW_EVENTS_SQL})",
+                {"day": start + dt.timedelta(days=i), "n": 20},
+            )
+        for table, rows in (
+            (shop.EVENTS, f"({shop.EVENTS_SQL_V1})"),
+            (shop.STORES, "stores_v1"),
+        ):
+            cols = ", ".join(table.spec.column_names)
+            con.execute(
+                f"CREATE TABLE {table.key} "
+                f"({', '.join(f'{c.name} {c.sql_type}' for c in table.spec.columns)})"
+            )
+            con.register("stores_v1", shop.build_stores_v1(start, end))
+            con.execute(
+                f"INSERT INTO {table.key} ({cols}) SELECT {cols} FROM {rows}",
+                {"start": start, "end": end} if table is shop.EVENTS else {},
+            )
+    finally:
+        con.close()
+    return DuckDBWarehouse(path, lock_timeout_s=5)
+
+
+def adopt_in(instance: dg.DagsterInstance, wh: DuckDBWarehouse, tables: dict, *more: str) -> None:
+    """`backfill-assets adopt` of the tables `seed` wrote (and `more`), through its service, in
+    this process."""
+    from backfill_assets.service.adopt import adopt_table
+
+    for name in ("events", "stores", *more):
+        result = adopt_table(instance, wh, tables[name], code_version="1")
+        assert result.recorded == (HISTORY[1] - HISTORY[0]).days + 1
 
 
 @pytest.fixture
@@ -93,6 +122,7 @@ def test_a_second_project_runs_the_whole_cycle_from_its_own_directory(shop, home
     wh = seed(shop, warehouse)
     history = (HISTORY[0], HISTORY[1] + dt.timedelta(days=1))
     before = wh.checksums(spec, *history)
+    assert f"adopted {table}: " in ok(cli(["adopt", table, "--code-version", "1"], home, warehouse))
 
     plan_file = tmp_path / "plan.json"
     ok(cli([
@@ -170,6 +200,7 @@ def test_a_daily_run_of_one_table_blocks_its_own_batches_but_not_another_tables(
     config = yaml.safe_load((REPO / "dagster_home" / "dagster.yaml").read_text())
     overrides = {"concurrency": config["concurrency"]}
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
+        adopt_in(instance, wh, tables)
         plans = {}
         for name in ("events", "stores"):
             plan = plan_backfill(
@@ -258,13 +289,22 @@ def test_a_backfill_of_any_of_the_projects_tables_writes_nothing_and_says_how_to
     defs = location()
     declared = backfill_tables(defs)[table]
     history = (HISTORY[0], HISTORY[1] + dt.timedelta(days=1))
-    if table == "clicks":  # declared in YAML: its history from its own build
-        wh.replace_partitions(declared.spec, *history, build=declared.build)  # type: ignore[arg-type]
+    if table == "clicks":  # declared in YAML: its history by its own build, as plain SQL
+        cols = ", ".join(declared.spec.column_names)
+        ddl = ", ".join(f"{c.name} {c.sql_type}" for c in declared.spec.columns)
+        con = duckdb.connect(str(warehouse))
+        con.execute(f"CREATE TABLE {table} ({ddl})")
+        con.execute(
+            f"INSERT INTO {table} ({cols}) SELECT {cols} FROM ({declared.build})",
+            {"start": history[0], "end": history[1]},
+        )
+        con.close()
     before = wh.checksums(declared.spec, *history)
     assert before
     (tmp_path / "home").mkdir()
     span = {PARTITION_RANGE_START_TAG: START.isoformat(), PARTITION_RANGE_END_TAG: END.isoformat()}
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        adopt_in(instance, wh, backfill_tables(defs), *(["clicks"] if table == "clicks" else []))
         result = run_job(
             defs, "", instance, asset_selection=[dg.AssetKey(table)], tags=span,
             raise_on_error=False,
