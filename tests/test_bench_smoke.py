@@ -33,6 +33,7 @@ MEASURES = (
     "cli",
     "dbt_refresh",
     "postgres",
+    "adoption",
 )
 PG_CONTENDERS = (
     "floor_pg",
@@ -154,6 +155,8 @@ TIMED_PARTS = (
     ("postgres", "swap"),
     ("postgres", "blocked_readers"),
     ("postgres", "reader_queries"),
+    ("adoption", "duckdb"),
+    ("adoption", "postgres"),
 )
 
 
@@ -169,6 +172,11 @@ ISSUE_GOALS = {
     "driver": [("driver tick ms with ", "<= 200")],
     "cli": [("cli plan s", "<= 1.5"), ("cli approve s", "<= 1.5"), ("cli status s", "<= 1.5")],
     "dbt_refresh": [("shadow build / single dbt build", "<= 1.2")],
+    "adoption": [
+        ("duckdb adopt in place 28d x 200/day / one full scan", "<= 2"),
+        ("postgres convert 28d x 200/day / CREATE TABLE AS copy", "<= 1.5"),
+        ("postgres longest reader wait during the conversion (ms)", "<= 100"),
+    ],
 }
 
 

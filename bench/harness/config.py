@@ -74,6 +74,9 @@ class Size:
     dbt_rows_per_day: int = 20_000
     dbt_history_days: int = 28
     dbt_plan_days: int = 10
+    # adoption: days (from a Monday; 1,826 = 5 years) of orders a day in the existing table.
+    adopt_days: int = 1_826
+    adopt_rows_per_day: int = 10_000
 
     @property
     def start(self) -> dt.date:
@@ -112,6 +115,8 @@ SIZES: dict[str, Size] = {
         driver_ticks=3,
         cli_rounds_min=1,
         dbt_rows_per_day=500,
+        adopt_days=28,
+        adopt_rows_per_day=200,
     ),
     "default": Size(
         name="default",

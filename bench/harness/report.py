@@ -574,6 +574,33 @@ def _dbt_refresh(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _adoption(r: dict[str, Any]) -> list[str]:
+    d, p = r["duckdb"], r["postgres"]
+    rows = [
+        ["DuckDB table: days / rows", f"{d['days']:,} / {d['rows']:,}"],
+        ["DuckDB one full scan s (median)", _f(d["full_scan_s"], 2)],
+        ["DuckDB adopt in place s (median)", _f(d["adopt_s"], 2)],
+        ["DuckDB adopt / full scan", _f(d["adopt_over_scan"], 2)],
+    ]
+    if "convert_s" in p:
+        rows += [
+            ["PostgreSQL table: days / rows", f"{p['days']:,} / {p['rows']:,}"],
+            ["PostgreSQL CREATE TABLE AS copy s (median)", _f(p["ctas_s"], 2)],
+            ["PostgreSQL convert online s (median)", _f(p["convert_s"], 2)],
+            ["PostgreSQL convert / copy", _f(p["convert_over_ctas"], 2)],
+            ["PostgreSQL longest reader wait ms", _f(p["longest_reader_wait_ms"], 1)],
+        ]
+    else:
+        rows.append(["PostgreSQL", p.get("reason", "not run")])
+    return [
+        *_banner(d),
+        *_table(["adoption", ""], rows, right_from=1),
+        *_part_load(d),
+        *(_part_load(p) if "load" in p else []),
+        *_goals(r["goals"]),
+    ]
+
+
 RENDERERS = {
     "safety_overhead": _safety,
     "swap_scaling": _swap,
@@ -584,6 +611,7 @@ RENDERERS = {
     "cli": _cli,
     "dbt_refresh": _dbt_refresh,
     "postgres": _postgres,
+    "adoption": _adoption,
 }
 
 

@@ -29,6 +29,7 @@ from bench.harness.load import OTHERS_LIMIT_CORES, QUIET_WAIT_MAX_S, LoadMonitor
 from bench.harness.measure import rounded
 from bench.harness.report import machine, markdown
 from bench.measures import (
+    adoption,
     cli_latency,
     dbt_refresh,
     driver,
@@ -54,6 +55,7 @@ MEASURES: dict[str, Measure] = {
     "cli": lambda ctx, _templates: cli_latency.run(ctx),
     "dbt_refresh": lambda ctx, _templates: dbt_refresh.run(ctx),
     "postgres": postgres.run,
+    "adoption": lambda ctx, _templates: adoption.run(ctx),
 }
 
 
@@ -145,7 +147,8 @@ def run_measures(ctx: BenchContext, names: list[str], started_at: str) -> dict[s
 
 def timed_parts(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(label, results) of every measured part that records its rounds' load: one per measure,
-    four for `postgres` (its backfill, swap, readers during swaps, reader queries)."""
+    four for `postgres` (its backfill, swap, readers during swaps, reader queries), two for
+    `adoption` (DuckDB, PostgreSQL)."""
     out = []
     for name in MEASURES:
         entry = doc.get(name, {})
@@ -156,6 +159,10 @@ def timed_parts(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             for part in ("backfill", "swap", "blocked_readers", "reader_queries"):
                 if "load" in r.get(part, {}):
                     out.append((f"postgres {part}", r[part]))
+        elif name == "adoption":
+            for part in ("duckdb", "postgres"):
+                if "load" in r.get(part, {}):
+                    out.append((f"adoption {part}", r[part]))
         elif "load" in r:
             out.append((name, r))
     return out

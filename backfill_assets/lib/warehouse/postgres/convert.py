@@ -7,7 +7,9 @@ daily job can write between two):
 1. `convert_start`: the new parent `<table>__adopting` (partitioned by range on the partition
    column, with the target's indexes), a change log and statement triggers on the old table that
    record each day any INSERT, UPDATE or DELETE touches (so a write of the old pipeline during
-   the conversion is never missed), and the adoption's record in `backfill_meta.adoptions`.
+   the conversion is never missed), the adoption's record in `backfill_meta.adoptions`, and,
+   when the old table has no index leading with the partition column, one built concurrently
+   (`<table>__adopt_day`; a rollback drops it).
 2. `convert_week`: copy one ISO week into its week table `<table>__w<week>` (the final name),
    under its ISO year table, and record each day's rows and checksum. Again for a week the log
    says changed since it was copied (`changed_weeks`).
@@ -95,10 +97,38 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
         digest = hashlib.sha256(self._key(spec.name).encode()).hexdigest()[:16]
         return f"{M}.adopt_log_{digest}"
 
+    def _day_index(self, spec: TableSpec) -> str:
+        return validate_ident(f"{spec.name}__adopt_day", "index name")
+
+    def _index_days(self, spec: TableSpec) -> None:
+        """An index on the old table's partition column, built without blocking its writers,
+        unless one leads with it already: each week's copy then reads its week, not the
+        table (without it, the conversion's cost grows with the square of the history)."""
+        name = self._day_index(spec)
+        with self.connect() as con:
+            row = _x(
+                con,
+                "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
+                "i.indrelid AND a.attnum = i.indkey[0] WHERE i.indrelid = to_regclass(%(t)s) "
+                "AND a.attname = %(c)s AND i.indisvalid)",
+                {"t": self._q(spec.name), "c": spec.partition_column},
+            ).fetchone()
+            if row and row[0]:
+                return
+            # An index left invalid by a build that was killed is built again.
+            _x(con, f"DROP INDEX CONCURRENTLY IF EXISTS {self._q(name)}")
+            _x(
+                con,
+                f"CREATE INDEX CONCURRENTLY {ident(name)} ON {self._q(spec.name)} "
+                f"({ident(spec.partition_column)})",
+            )
+
     def convert_start(self, spec: TableSpec) -> None:
-        """The new parent, the change log and its triggers, the record (idempotent)."""
+        """The new parent, the change log and its triggers, the record, an index on the old
+        table's days if it has none (idempotent)."""
         adopting, adopted = self._names(spec)
         self._check_names(spec)
+        self._index_days(spec)
         pc = ident(spec.partition_column)
         fn = self._function(spec)
         key = self._key(spec.name)
@@ -338,9 +368,11 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
                     # Its week and year tables go with it; a view over it makes this fail.
                     _x(con, f"DROP TABLE {self._q(spec.name)}")
                     _x(con, f"ALTER TABLE {self._q(adopted)} RENAME TO {ident(spec.name)}")
+                    _x(con, f"DROP INDEX IF EXISTS {self._q(self._day_index(spec))}")
                 else:
                     self._drop_triggers(con, spec, spec.name)
                     _x(con, f"DROP TABLE IF EXISTS {self._q(adopting)}")
+                    _x(con, f"DROP INDEX IF EXISTS {self._q(self._day_index(spec))}")
                 for table in ("partition_versions", "shadow_log", "adopt_changes"):
                     _x(con, f"DELETE FROM {M}.{table} WHERE table_name = %(t)s", {"t": key})
                 _x(
