@@ -638,6 +638,22 @@ def test_the_target_plots_its_rows_per_partition(story: Story, page: Page, shot:
     shot(page, "ui-target-row-count-plot")
 
 
+def test_the_target_shows_its_runbook(story: Story, page: Page, shot: Shot):
+    """The table's runbook, generated from its declaration (lib/runbook.py), is Markdown
+    metadata of the target asset: its page lists it, and it opens as Markdown."""
+    page.set_viewport_size(TALL)
+    page.goto(story.url("/assets/orders_daily"))
+    row = page.get_by_role("row").filter(has_text="backfill_assets/runbook")
+    expect(row).to_be_visible(timeout=30_000)
+    row.get_by_text("[Show Markdown]").click()
+    dialog = page.get_by_role("dialog")
+    expect(dialog.get_by_role("heading", name="Backfill runbook: orders_daily")).to_be_visible()
+    expect(
+        dialog.get_by_text(f"idle window: {ORDERS.backfill_window}", exact=False)
+    ).to_be_visible()
+    shot(page, "ui-target-runbook")
+
+
 # -- 9. planning what is stale from the Launchpad -------------------------------------------------
 
 
