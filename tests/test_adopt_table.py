@@ -111,6 +111,33 @@ def _all_days(start: dt.date, end: dt.date) -> list[dt.date]:
     return [start + dt.timedelta(days=i) for i in range((end - start).days + 1)]
 
 
+def _adopt_killed_after(chunks: int, instance: dg.DagsterInstance, *args: str) -> None:
+    """`backfill-assets adopt orders_daily` as its own process, SIGKILLed once it has said it
+    finished `chunks` chunks."""
+    env = {**os.environ, "DAGSTER_HOME": instance.root_directory}
+    exe = Path(sys.executable).with_name("backfill-assets")
+    proc = subprocess.Popen(
+        [str(exe), "adopt", "orders_daily", *args],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    done = 0
+    try:
+        for line in proc.stderr:
+            done += " days recorded, " in line
+            if done == chunks:
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+    assert done == chunks, "adopt finished before it could be killed half-way"
+
+
 @pytest.mark.slow
 @pytest.mark.backends("embedded")
 def test_a_plain_table_with_two_years_is_adopted_in_place_and_the_whole_cycle_works(
@@ -291,28 +318,7 @@ def test_adopt_killed_half_way_continues_and_records_every_day_once(
     wh = landed
     _old_table_duckdb(warehouse_path)
     before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
-    env = {**os.environ, "DAGSTER_HOME": instance.root_directory}
-    exe = Path(sys.executable).with_name("backfill-assets")
-    proc = subprocess.Popen(
-        [str(exe), "adopt", "orders_daily", "--chunk-days", "7"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stderr is not None
-    done = 0
-    try:
-        for line in proc.stderr:
-            done += " days recorded, " in line
-            if done == 5:
-                proc.send_signal(signal.SIGKILL)
-                break
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
-    assert done == 5, "adopt finished before it could be killed half-way"
+    _adopt_killed_after(5, instance, "--chunk-days", "7")
     recorded = _versions(wh)
     days = _all_days(OLD_START, HISTORY_END)
     assert 5 * 7 <= len(recorded) < len(days)
@@ -528,28 +534,7 @@ def test_a_conversion_killed_half_way_continues_and_keeps_the_old_pipelines_writ
 
     wh = landed
     _old_history_postgres(postgres_url)
-    env = {**os.environ, "DAGSTER_HOME": instance.root_directory}
-    exe = Path(sys.executable).with_name("backfill-assets")
-    proc = subprocess.Popen(
-        [str(exe), "adopt", "orders_daily"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    assert proc.stderr is not None
-    done = 0
-    try:
-        for line in proc.stderr:
-            done += " days recorded, " in line
-            if done == 5:
-                proc.send_signal(signal.SIGKILL)
-                break
-    finally:
-        proc.kill()
-        proc.wait(timeout=60)
-    assert done == 5, "adopt finished before it could be killed half-way"
+    _adopt_killed_after(5, instance)
     assert _relkind(wh, "orders_daily") == "r"  # not switched: readers still read the old table
     # The old pipeline rewrites a day of a week already copied, while nothing runs.
     base, schema = _pg(postgres_url)

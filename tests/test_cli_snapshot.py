@@ -261,3 +261,16 @@ def test_definitions_whose_lineage_cannot_be_written_down_are_not_cached(
     assert snapshot.load(spec) is None
     assert snapshot.store(spec, key, view_of(defs), snapshot.Reads()) is not None
     assert snapshot.load(spec) is not None
+
+
+def test_the_snapshot_keeps_a_tables_budget():
+    """`plan` reads the snapshot: a budget lost there would let a plan go over it."""
+    from dataclasses import replace
+
+    from backfill_assets import Budget, backfill_definitions
+    from backfill_assets.example.declaration import ORDERS
+
+    budgeted = replace(ORDERS, backfill_budget=Budget(max_seconds=600, max_rows=10_000))
+    back = _roundtrip(backfill_definitions([budgeted]))
+    assert back.tables[ORDERS.key].backfill_budget == Budget(max_seconds=600, max_rows=10_000)
+    assert _roundtrip(backfill_definitions([ORDERS])).tables[ORDERS.key].backfill_budget is None

@@ -165,6 +165,9 @@ def _table(table: BackfillableTable) -> dict[str, Any]:
         "daily_lookback_days": table.daily_lookback_days,
         "backfill_window": table.backfill_window,
         "writer_wait_seconds": table.writer_wait_seconds,
+        "backfill_budget": [table.backfill_budget.max_seconds, table.backfill_budget.max_rows]
+        if table.backfill_budget
+        else None,
         "description": table.description,
     }
 
@@ -231,6 +234,7 @@ def _partitions_from(data: Any) -> Any:
 def _table_from(data: Mapping[str, Any]) -> BackfillableTable:
     import dagster as dg
 
+    from backfill_assets.lib.planning.batches import Budget
     from backfill_assets.lib.planning.criteria import Criteria
     from backfill_assets.lib.spec import Column, SourceRef, TableSpec
     from backfill_assets.lib.table import BackfillableTable
@@ -272,6 +276,7 @@ def _table_from(data: Mapping[str, Any]) -> BackfillableTable:
         daily_lookback_days=data["daily_lookback_days"],
         backfill_window=data["backfill_window"],
         writer_wait_seconds=data["writer_wait_seconds"],
+        backfill_budget=Budget(*budget) if (budget := data.get("backfill_budget")) else None,
         description=data["description"],
     )
 

@@ -9,6 +9,10 @@ for, without a run.
 - **In place** (DuckDB; on PostgreSQL, a table already in the framework's range-partitioned
   layout): the rows stay where they are. Days are recorded a bounded range at a time, each range
   in one transaction under the table's writer lease, so the daily job can write between two.
+- **Converted online** (a plain PostgreSQL table): copied a week at a time beside it, each week
+  under the writer lease, while readers read the old table; then the names are switched in one
+  short transaction and the old table is kept until `release_adoption` (`rollback_adoption` puts
+  it back). lib/warehouse/postgres/convert.py says how.
 - **Resumable**: a day with a record is not recorded again, and a partition with a
   materialization gets no other; killed at any point, `adopt` again continues.
 - **Dagster's history**: existing materializations are kept as they are; each partition without
@@ -19,7 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,8 +246,8 @@ def adopt_table(
     on_chunk: Callable[[Chunk], None] | None = None,
     now: dt.datetime | None = None,
 ) -> AdoptionResult:
-    """Adopt `table` in place (see the module's docstring); refuses (AdoptionRefused) what the
-    check refuses, before writing anything."""
+    """Adopt `table`, in place or by converting it online (see the module's docstring);
+    refuses (AdoptionRefused) what the check refuses, before writing anything."""
     t0 = time.perf_counter()
     code_version = _code_version(code_version)
     if not isinstance(chunk_days, int) or chunk_days < 1:
@@ -407,6 +412,27 @@ def _fresh(
     ]
 
 
+@contextmanager
+def _converted(
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    what: str,
+    wait_s: float,
+    on_wait: Callable[[Waiting], None] | None,
+) -> Iterator[ConvertsOnline]:
+    """The warehouse, as one that converts, under the table's writer lease; refused where
+    adoption is in place (there is no old table)."""
+    if not isinstance(wh, ConvertsOnline):
+        raise AdoptionRefused(
+            f"{wh.dialect} adopts a table in place, without a copy: there is no old table to "
+            f"{what}. Nothing was changed"
+        )
+    holder = holder_for_command("adopt")
+    with writer_lease(instance, wh, table.key, holder, wait_s=wait_s, on_wait=on_wait):
+        yield wh
+
+
 def rollback_adoption(
     instance: dg.DagsterInstance,
     wh: Warehouse,
@@ -417,14 +443,8 @@ def rollback_adoption(
 ) -> int:
     """Put a converted table's old table back (the days written since copied into it); the
     days copied back. DuckDB adopts in place: there is nothing to put back."""
-    if not isinstance(wh, ConvertsOnline):
-        raise AdoptionRefused(
-            f"{wh.dialect} adopts a table in place, without a copy: there is no old table to put "
-            "back. Nothing was changed"
-        )
-    holder = holder_for_command("adopt")
-    with writer_lease(instance, wh, table.key, holder, wait_s=wait_s, on_wait=on_wait):
-        return wh.convert_rollback(table.spec)
+    with _converted(instance, wh, table, "put back", wait_s, on_wait) as converting:
+        return converting.convert_rollback(table.spec)
 
 
 def release_adoption(
@@ -436,14 +456,8 @@ def release_adoption(
     on_wait: Callable[[Waiting], None] | None = None,
 ) -> bool:
     """Drop the old table a conversion kept; whether there was one."""
-    if not isinstance(wh, ConvertsOnline):
-        raise AdoptionRefused(
-            f"{wh.dialect} adopts a table in place, without a copy: there is no old table to "
-            "release. Nothing was changed"
-        )
-    holder = holder_for_command("adopt")
-    with writer_lease(instance, wh, table.key, holder, wait_s=wait_s, on_wait=on_wait):
-        return wh.convert_release(table.spec)
+    with _converted(instance, wh, table, "release", wait_s, on_wait) as converting:
+        return converting.convert_release(table.spec)
 
 
 def _code_version(value: str) -> str:
