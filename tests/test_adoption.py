@@ -266,6 +266,13 @@ def test_a_table_declared_in_yaml_takes_its_sensors_interval_from_its_component(
     assert intervals["clicks__batch_driver"] == intervals["clicks__refresh_after_swap"] == 30
     # The tables declared in Python keep the default.
     assert intervals["events__batch_driver"] == intervals["stores__batch_driver"] == 15
+    # Its budget too comes from its YAML.
+    from backfill_assets import Budget
+    from backfill_assets.service.tables import backfill_tables
+
+    tables = backfill_tables(location())
+    assert tables["clicks"].backfill_budget == Budget(max_rows=1_000_000)
+    assert tables["events"].backfill_budget is None
 
 
 @pytest.mark.parametrize("table", ["events", "stores", "clicks"])

@@ -34,6 +34,7 @@ import dagster as dg
 from pydantic import Field
 
 from backfill_assets.defs.factory import backfill_definitions
+from backfill_assets.lib.planning.batches import Budget
 from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.spec import Column, SourceRef, TableSpec
 from backfill_assets.lib.table import BackfillableTable
@@ -42,6 +43,13 @@ from backfill_assets.lib.table import BackfillableTable
 class SourceModel(dg.Model):
     table: str
     partition_column: str
+
+
+class BudgetModel(dg.Model):
+    """`Budget`: the most a backfill may take in one occurrence of the idle window."""
+
+    max_seconds: float | None = None
+    max_rows: int | None = None
 
 
 class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
@@ -63,6 +71,10 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
     group_name: str = "backfillable"
     daily_lookback_days: int = 3
     backfill_window: str | None = None
+    backfill_budget: BudgetModel | None = Field(
+        default=None,
+        description="max_seconds and/or max_rows a backfill may take per window occurrence.",
+    )
     define_daily_job: bool = Field(
         default=False,
         description="Also define `daily_job` as an asset job over the table alone.",
@@ -97,6 +109,9 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
             group_name=self.group_name,
             daily_lookback_days=self.daily_lookback_days,
             backfill_window=self.backfill_window,
+            backfill_budget=Budget(self.backfill_budget.max_seconds, self.backfill_budget.max_rows)
+            if self.backfill_budget
+            else None,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
