@@ -157,7 +157,8 @@ def check_adoption(
             "created on, not its name, so after the conversion it would go on reading the old "
             f"table. Drop them, adopt, then create them again on the new {spec.name}"
         )
-    refusals.extend(column_problems(spec, rel) if rel.kind != ABSENT else [])
+    columns = column_problems(spec, rel) if rel.kind != ABSENT else []
+    refusals.extend(columns)
     holder = wh.active_plan(spec.name)
     if holder is not None:
         refusals.append(
@@ -168,7 +169,7 @@ def check_adoption(
     materialized = partitions = 0
     estimate = 0.0
     # The rows can be read only when the declared columns are there.
-    if rel.kind not in (ABSENT, VIEW) and not column_problems(spec, rel):
+    if rel.kind not in (ABSENT, VIEW) and not columns:
         scan = wh.scan_existing(spec)
         if scan.null_partition_rows:
             refusals.append(
