@@ -23,13 +23,14 @@ import pytest
 
 from backfill_assets.cli import main
 from backfill_assets.constants import CODE_VERSION_TAG
-from backfill_assets.example.declaration import ORDERS
+from backfill_assets.example.declaration import DAILY_JOB, ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL, ORDERS_DAILY_SQL_V1
 from backfill_assets.lib.warehouse.dialects import column_type
+from backfill_assets.service.runs import run_job
 from backfill_assets.service.stale import find_stale
 from backfill_assets.service.swap import perform_swap, release_backup
 from tests.conftest import HISTORY_END, HISTORY_START, NOW, make_plan
-from tests.helpers import execute, swap_or_rollback
+from tests.helpers import execute, failure_description, swap_or_rollback
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = ORDERS.spec
@@ -44,7 +45,7 @@ def _synthetic(start: dt.date, end: dt.date, per_day: int = 3) -> str:
     PostgreSQL's SQL alike."""
     return (
         f"SELECT (d - DATE '2000-01-01') * 1000 + i, d, d + TIME '10:00', i, 'US', 'USD', "
-        "10.00, 0.00, 1.00, 9.00, 1.000000, 9.00, 'complete', false FROM (SELECT "
+        "10.00, 0.00, 1.00, 9.00, 1.000000, 9.00, 'shipped', false FROM (SELECT "
         f"CAST(g AS DATE) AS d FROM generate_series(DATE '{start}', DATE '{end}' - 1, "
         "INTERVAL 1 DAY) AS t(g)) days, generate_series(1, " + str(per_day) + ") AS s(i)"
     )
@@ -226,6 +227,34 @@ def test_a_plain_table_with_two_years_is_adopted_in_place_and_the_whole_cycle_wo
     perform_swap(instance, ORDERS, wh, plan.plan_id)
     release_backup(instance, {"orders_daily": ORDERS}, wh, plan.plan_id)
     assert wh.query("SELECT count(*) FROM orders_daily")[0][0] == wh.table_rows(SPEC)
+
+
+@pytest.mark.backends("embedded")
+def test_the_daily_job_refuses_a_table_it_did_not_write_until_it_is_adopted(
+    defs, instance, landed, warehouse_path
+):
+    """A plain table of the target's name, written by plain SQL, is not taken over silently by
+    the daily job: the run fails naming `adopt`, and the table and the metadata stay as they
+    were; once adopted, the same run writes its day."""
+    wh = landed
+    _old_table_duckdb(warehouse_path)
+    before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
+    day = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()  # daily territory
+    result = run_job(defs, DAILY_JOB, instance, partition_key=day, raise_on_error=False)
+    assert not result.success
+    why = failure_description(result)
+    assert "orders_daily already exists" in why and "backfill-assets adopt orders_daily" in why
+    assert "Nothing was written" in why
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    assert not wh.query(
+        "SELECT table_name FROM duckdb_tables() WHERE table_name IN "
+        "('partition_versions', 'orders_daily__template')"
+    )  # the metadata the write began is rolled back with it
+
+    assert main(["adopt", "orders_daily"]) == 0
+    assert run_job(defs, DAILY_JOB, instance, partition_key=day).success
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    assert dt.date.fromisoformat(day) in {v[0] for v in _versions(wh)}
 
 
 BAD_TABLES = {

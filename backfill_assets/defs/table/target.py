@@ -21,6 +21,7 @@ from backfill_assets.defs.table.steps import (
     utc_now,
     warehouse_resource,
 )
+from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.runbook import render_runbook
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.downstream import DbtDownstream
@@ -77,8 +78,13 @@ def build_target_asset(
                 metadata={"proposed_plan": plan_id or "none"},
                 allow_retries=False,
             )
-        claim_writer(context, wh, table, ROLE_DAILY)
-        counts = write_partitions(wh, table, start, end, shadow=False)
+        try:
+            claim_writer(context, wh, table, ROLE_DAILY)
+            counts = write_partitions(wh, table, start, end, shadow=False)
+        except InvalidInput as e:
+            # A table the warehouse will not take over (one to adopt first): a refusal the run
+            # shows as such, not a retryable error with a traceback.
+            raise dg.Failure(description=f"Refused: {e}", allow_retries=False) from e
         # The whole table's rows (Dagster's `dagster/row_count`), from the per-day counts the
         # warehouse records with every write; the shadow has no such total of its own.
         return dg.MaterializeResult(

@@ -109,7 +109,7 @@ class DuckDBAdopt(DuckDBLayout):
         record yet, from one scan of those days, in one transaction; the days recorded now and
         their checksums (empty: every day had one)."""
         with self.transaction() as con:
-            self._ensure(con, spec)
+            self._ensure(con, spec, adopting=True)
             done = {
                 r[0]
                 for r in con.execute(

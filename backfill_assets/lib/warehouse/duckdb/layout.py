@@ -14,7 +14,7 @@ from backfill_assets.constants import (
     TEMPLATE_SUFFIX,
     WEEK_INFIX,
 )
-from backfill_assets.errors import WarehouseError, WarehouseMissing
+from backfill_assets.errors import InvalidInput, WarehouseError, WarehouseMissing
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.duckdb.connection import M
 from backfill_assets.lib.warehouse.duckdb.meta import META_TABLES, DuckDBMeta
@@ -77,10 +77,13 @@ class DuckDBLayout(DuckDBMeta):
         with self.transaction() as con:
             self._ensure(con, spec)
 
-    def _ensure(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> str:
+    def _ensure(
+        self, con: duckdb.DuckDBPyConnection, spec: TableSpec, *, adopting: bool = False
+    ) -> str:
         """Create what is missing; the table holding the target's rows that no week table
         overrides: the target itself while it is a plain table, else the base table under its
-        view."""
+        view. A table of the target's name that the framework never wrote (no template, no
+        recorded day) holding rows is refused unless `adopting`: `adopt` checks it first."""
         self._ensure_meta(con, META_TABLES, ("version_seq",))
         template = f"{spec.name}{TEMPLATE_SUFFIX}"
         cols = ", ".join(f"{quote_ident(c.name)} {c.sql_type}" for c in spec.columns)
@@ -93,6 +96,8 @@ class DuckDBLayout(DuckDBMeta):
             ).fetchall()
         )
         if ("table", template) not in found:
+            if ("table", spec.name) in found and not adopting:
+                self._refuse_unadopted(con, spec)
             con.execute(f"CREATE TABLE IF NOT EXISTS {quote_ident(template)} ({cols})")
         has_base, has_view = ("table", base_table(spec)) in found, ("view", spec.name) in found
         rows_table = base_table(spec)
@@ -113,6 +118,24 @@ class DuckDBLayout(DuckDBMeta):
         if ("view", spec.shadow_name) not in found:
             self._recreate_view(con, spec, spec.shadow_name)
         return rows_table
+
+    def _refuse_unadopted(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
+        """A table the user created holding rows (written by their old pipeline) is not taken
+        over silently: its columns, duplicates and history are `adopt`'s to check and record."""
+        recorded = con.execute(
+            f"SELECT count(*) FROM {M}.partition_versions WHERE table_name = $t", {"t": spec.name}
+        ).fetchone()
+        if recorded and recorded[0]:
+            return  # a file from before the template: the framework wrote this table
+        if con.execute(f"SELECT 1 FROM {quote_ident(spec.name)} LIMIT 1").fetchone() is None:
+            return  # an empty table, created ahead of the first run
+        raise InvalidInput(
+            f"{spec.name} already exists in {self.path} with rows that backfill_assets did not "
+            f"write, so it will not take it over unchecked: run `backfill-assets adopt "
+            f"{spec.name} --check`, then `backfill-assets adopt {spec.name}`, which checks its "
+            "columns and keys against the declaration and records its history in place "
+            "(docs/adopt.md). Nothing was written"
+        )
 
     def _settle(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, weeks: Mapping[str, str]
