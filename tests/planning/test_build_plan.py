@@ -34,6 +34,7 @@ from backfill_assets.lib.planning.criteria import (
     RowCountCriterion,
     SampleCriterion,
 )
+from backfill_assets.lib.planning.markdown import render_markdown
 from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
 from backfill_assets.lib.planning.windows import arcs_overlap, seconds_of_day
 from backfill_assets.lib.warehouse.identifiers import validate_ident
@@ -723,6 +724,28 @@ def test_a_budget_spreads_the_batches_over_more_occurrences(tmp_path: Path) -> N
         nights[start[:10]] = nights.get(start[:10], 0) + 1
     assert max(nights.values()) == 2
     assert_validate_plan_holds(plan, tmp_path)
+
+
+def test_the_plan_records_the_budget_it_was_placed_within() -> None:
+    # The approver reads the bound the batches honour in the plan itself: JSON and Markdown.
+    tgt = target(daily_expected_start=dt.time(6, 0), budget=Budget(max_seconds=7200))
+    plan = build_plan(request(window="22:00-04:00"), fixed_batches(3000.0, tgt))
+    data = json.loads(plan.to_json())
+    assert data["contention"]["budget"] == {"max_seconds": 7200.0, "max_rows": None}
+    again = BackfillPlan.from_json(plan.to_json())
+    assert again == plan
+    assert again.contention.budget == Budget(max_seconds=7200)
+    assert "- Budget: 2h 00m of estimated warehouse time per window occurrence." in (
+        render_markdown(plan)
+    )
+    # Without one, the key is absent (plans written before it read the same) and Markdown says so.
+    free = build_plan(
+        request(window="22:00-04:00"),
+        fixed_batches(3000.0, target(daily_expected_start=dt.time(6, 0))),
+    )
+    assert "budget" not in json.loads(free.to_json())["contention"]
+    assert free.contention.budget is None
+    assert "- Budget: none declared (backfill_budget)." in render_markdown(free)
 
 
 def test_a_rows_budget_counts_the_estimated_rows_of_each_occurrence() -> None:

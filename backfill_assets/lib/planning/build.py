@@ -254,6 +254,8 @@ def build_plan(request: PlanRequest, inputs: PlanInputs) -> BackfillPlan:
         expected_finish=batches[-1].slot.end,
         timezone=tz_name,
         daily_timezone=target.timezone,
+        budget_max_seconds=target.budget.max_seconds if target.budget else None,
+        budget_max_rows=target.budget.max_rows if target.budget else None,
     )
     return BackfillPlan(
         schema_version=PLAN_SCHEMA_VERSION,

@@ -57,6 +57,7 @@ def render_markdown(plan: BackfillPlan) -> str:
         f"- Contention basis: {c.basis}.",
         f"- Window {plan.window.label} {plan.window.timezone}: {c.occurrences_needed} "
         f"occurrence(s) needed, expected finish {_local(c.expected_finish, tz)}.",
+        f"- Budget: {c.budget.describe() if c.budget else 'none declared (backfill_budget)'}.",
         "",
         "## 4. Batches",
         "",

@@ -33,7 +33,7 @@ from typing_extensions import TypedDict
 
 from backfill_assets.constants import GATE_NAMES, PLAN_SCHEMA_VERSION, SHADOW_SUFFIX
 from backfill_assets.errors import InvalidInput
-from backfill_assets.lib.planning.batches import week_spans
+from backfill_assets.lib.planning.batches import Budget, week_spans
 from backfill_assets.lib.planning.criteria import Criteria
 
 ROLLBACK_STRATEGIES = ("backup",)
@@ -180,6 +180,13 @@ class _DailySlotJSON(TypedDict):
     end: str
 
 
+class _BudgetJSON(TypedDict):
+    """The table's backfill budget per window occurrence (null: no bound on that quantity)."""
+
+    max_seconds: float | None
+    max_rows: int | None
+
+
 class _ContentionJSON(TypedDict):
     """Contention as it reads in the JSON contract (the daily slot nested)."""
 
@@ -193,6 +200,7 @@ class _ContentionJSON(TypedDict):
     expected_finish: str
     timezone: str
     daily_timezone: NotRequired[str]
+    budget: NotRequired[_BudgetJSON]
 
 
 @dataclass(frozen=True, config=_CONFIG)
@@ -218,6 +226,10 @@ class Contention:
     expected_finish: Instant
     timezone: str
     daily_timezone: str | None = None
+    # The table's backfill budget the batches were placed within (JSON: `budget`, absent when
+    # the table declares none; plans written before it read as without).
+    budget_max_seconds: float | None = None
+    budget_max_rows: int | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -229,7 +241,21 @@ class Contention:
                 raise ValueError("daily_slot must be an object with start and end")
             data["daily_slot_start"] = slot.get("start")
             data["daily_slot_end"] = slot.get("end")
+        if isinstance(data, Mapping) and "budget" in data:
+            data = dict(data)
+            budget = data.pop("budget")
+            if not isinstance(budget, Mapping):
+                raise ValueError("budget must be an object with max_seconds and max_rows")
+            data["budget_max_seconds"] = budget.get("max_seconds")
+            data["budget_max_rows"] = budget.get("max_rows")
         return data
+
+    @property
+    def budget(self) -> Budget | None:
+        """The budget the batches were placed within (None: the table declares none)."""
+        if self.budget_max_seconds is None and self.budget_max_rows is None:
+            return None
+        return Budget(self.budget_max_seconds, self.budget_max_rows)
 
     @model_serializer(mode="wrap")
     def _nested_slot(self, handler: Any) -> _ContentionJSON:
@@ -241,6 +267,10 @@ class Contention:
         }
         if data.get("daily_timezone") is None:
             data.pop("daily_timezone", None)
+        budget = {"max_seconds": data.pop("budget_max_seconds", None)}
+        budget["max_rows"] = data.pop("budget_max_rows", None)
+        if any(v is not None for v in budget.values()):
+            data["budget"] = budget
         return {**out, **data}  # type: ignore[return-value]
 
 
