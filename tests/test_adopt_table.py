@@ -69,9 +69,16 @@ def _old_table_duckdb(path: Path, *, ddl: str | None = None, extra: str = "") ->
         con.close()
 
 
-def _old_table_postgres(url: str, *, ddl: str | None = None, extra: str = "") -> None:
-    """The same on PostgreSQL (60 days: these tests check and refuse, they do not adopt); a
-    table of its own columns (`ddl`) is left empty."""
+def _old_table_postgres(
+    url: str,
+    *,
+    ddl: str | None = None,
+    extra: str = "",
+    partition_by: str = "",
+    partitions: tuple[str, ...] = (),
+) -> None:
+    """The same on PostgreSQL (60 days); a table of its own columns (`ddl`) is left empty; one
+    `PARTITION BY partition_by` gets its `partitions` (DDL) before its rows."""
     import psycopg
 
     base, _, query = url.partition("?")
@@ -83,7 +90,9 @@ def _old_table_postgres(url: str, *, ddl: str | None = None, extra: str = "") ->
     statements = [
         f"CREATE SCHEMA IF NOT EXISTS {schema}",
         f"SET search_path = {schema}",
-        f"CREATE TABLE orders_daily ({cols})",
+        f"CREATE TABLE orders_daily ({cols})"
+        + (f" PARTITION BY {partition_by}" if partition_by else ""),
+        *partitions,
         *([f"INSERT INTO orders_daily ({COLS}) {synthetic}"] if ddl is None else []),
         *([extra] if extra else []),
     ]
@@ -250,6 +259,15 @@ def test_the_daily_job_refuses_a_table_it_did_not_write_until_it_is_adopted(
         "SELECT table_name FROM duckdb_tables() WHERE table_name IN "
         "('partition_versions', 'orders_daily__template')"
     )  # the metadata the write began is rolled back with it
+    # A plan approved before adoption can be abandoned (else it would hold the table and stop
+    # its adoption), and that takes nothing over either.
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    assert main(["adopt", "orders_daily", "--check"]) == 2
+    assert main(["abandon", plan.plan_id]) == 0
+    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+    assert not wh.query(
+        "SELECT table_name FROM duckdb_tables() WHERE table_name = 'orders_daily__template'"
+    )
 
     assert main(["adopt", "orders_daily"]) == 0
     assert run_job(defs, DAILY_JOB, instance, partition_key=day).success
@@ -577,3 +595,85 @@ def test_a_conversion_killed_half_way_continues_and_keeps_the_old_pipelines_writ
     assert {d: recorded[d] for d in before} == before
     mats = _materializations(instance)
     assert all(len(m) == 1 for m in mats.values())
+
+
+# An old pipeline's own partitioning: by month, with a default partition for the rest.
+MONTHLY = (
+    "CREATE TABLE orders_2024_01 PARTITION OF orders_daily "
+    "FOR VALUES FROM ('2024-01-01') TO ('2024-02-01')",
+    "CREATE TABLE orders_2024_02 PARTITION OF orders_daily "
+    "FOR VALUES FROM ('2024-02-01') TO ('2024-03-01')",
+    "CREATE TABLE orders_rest PARTITION OF orders_daily DEFAULT",
+)
+
+
+def _parent(wh, name: str) -> str | None:
+    got = wh.query(
+        "SELECT p.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_class p ON p.oid = i.inhparent JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = current_schema() AND c.relname = $n",
+        {"n": name},
+    )
+    return str(got[0][0]) if got else None
+
+
+@pytest.mark.slow
+@pytest.mark.backends("postgres")
+def test_a_table_partitioned_by_month_is_converted_online_and_its_own_partitions_are_watched(
+    instance, wh, postgres_url, capsys
+):
+    import psycopg
+
+    _old_table_postgres(postgres_url, partition_by="RANGE (order_date)", partitions=MONTHLY)
+    assert main(["adopt", "orders_daily", "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "partitioned by RANGE (order_date), not in backfill_assets' layout" in out
+    assert "converted online" in out
+    _adopt_killed_after(3, instance)
+    assert _parent(wh, "orders_2024_01") == "orders_daily"  # not switched yet
+    # The old pipeline rewrites a day already copied straight in its month's partition, and adds
+    # one in another week through the table: both are logged and copied again.
+    base, schema = _pg(postgres_url)
+    with psycopg.connect(base, autocommit=True, options=f"-c search_path={schema}") as con:
+        con.execute("UPDATE orders_2024_01 SET status = 'refunded' WHERE order_date = '2024-01-02'")
+        rest = COLS.split(", ", 1)[1]
+        con.execute(
+            cast(
+                "LiteralString",
+                f"INSERT INTO orders_daily ({COLS}) SELECT order_id + 100, {rest} "
+                "FROM orders_daily WHERE order_date = '2024-01-10'",
+            )
+        )
+    window = (OLD_START, OLD_START + dt.timedelta(days=60))
+    before = wh.checksums(SPEC, *window)
+    assert main(["adopt", "orders_daily"]) == 0
+    assert _relkind(wh, "orders_daily") == "p"
+    assert wh.checksums(SPEC, *window) == before
+    recorded = {v[0]: v[2] for v in _versions(wh)}
+    assert {d: recorded[d] for d in before} == before
+    # Its partitions are the backup's, unchanged and no longer watched.
+    assert _parent(wh, "orders_2024_01") == "orders_daily__adopted"
+    assert wh.query(
+        "SELECT count(*) FROM information_schema.triggers WHERE trigger_name LIKE 'backfill_adopt%'"
+    ) == [(0,)]
+    assert main(["adopt", "orders_daily", "--release"]) == 0
+    assert _relkind(wh, "orders_2024_01") is None and _relkind(wh, "orders_rest") is None
+    assert wh.checksums(SPEC, *window) == before
+
+
+@pytest.mark.backends("postgres")
+def test_a_table_partitioned_by_something_else_is_refused_and_nothing_is_written(
+    instance, wh, postgres_url, capsys
+):
+    _old_table_postgres(
+        postgres_url,
+        partition_by="LIST (country)",
+        partitions=("CREATE TABLE orders_us PARTITION OF orders_daily DEFAULT",),
+    )
+    snapshot = _pg_state(wh)
+    assert main(["adopt", "orders_daily"]) == 2
+    out = capsys.readouterr()
+    assert "orders_daily is partitioned by LIST (country), not by range on order_date" in out.out
+    assert "nothing was written" in out.err
+    assert _pg_state(wh) == snapshot
+    assert _materializations(instance) == {}

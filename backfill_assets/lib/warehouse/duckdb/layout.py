@@ -96,8 +96,14 @@ class DuckDBLayout(DuckDBMeta):
             ).fetchall()
         )
         if ("table", template) not in found:
-            if ("table", spec.name) in found and not adopting:
-                self._refuse_unadopted(con, spec)
+            if ("table", spec.name) in found and not adopting and self._unadopted(con, spec):
+                raise InvalidInput(
+                    f"{spec.name} already exists in {self.path} with rows that backfill_assets "
+                    "did not write, so it will not take it over unchecked: run `backfill-assets "
+                    f"adopt {spec.name} --check`, then `backfill-assets adopt {spec.name}`, which "
+                    "checks its columns and keys against the declaration and records its history "
+                    "in place (docs/adopt.md). Nothing was written"
+                )
             con.execute(f"CREATE TABLE IF NOT EXISTS {quote_ident(template)} ({cols})")
         has_base, has_view = ("table", base_table(spec)) in found, ("view", spec.name) in found
         rows_table = base_table(spec)
@@ -119,23 +125,27 @@ class DuckDBLayout(DuckDBMeta):
             self._recreate_view(con, spec, spec.shadow_name)
         return rows_table
 
-    def _refuse_unadopted(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> None:
-        """A table the user created holding rows (written by their old pipeline) is not taken
-        over silently: its columns, duplicates and history are `adopt`'s to check and record."""
+    def _still_to_adopt(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> bool:
+        """The metadata ensured; whether the target is a table still to adopt (`_unadopted`),
+        whose layout must then not be created."""
+        self._ensure_meta(con, META_TABLES, ("version_seq",))
+        return self._unadopted(con, spec)
+
+    def _unadopted(self, con: duckdb.DuckDBPyConnection, spec: TableSpec) -> bool:
+        """Whether the target is a table the user created holding rows (written by their old
+        pipeline), with no template: not taken over silently, since its columns, duplicates
+        and history are `adopt`'s to check and record. The metadata tables exist."""
+        if self._relation_kind(con, f"{spec.name}{TEMPLATE_SUFFIX}") is not None:
+            return False
+        if self._relation_kind(con, spec.name) != "table":
+            return False
         recorded = con.execute(
             f"SELECT count(*) FROM {M}.partition_versions WHERE table_name = $t", {"t": spec.name}
         ).fetchone()
         if recorded and recorded[0]:
-            return  # a file from before the template: the framework wrote this table
-        if con.execute(f"SELECT 1 FROM {quote_ident(spec.name)} LIMIT 1").fetchone() is None:
-            return  # an empty table, created ahead of the first run
-        raise InvalidInput(
-            f"{spec.name} already exists in {self.path} with rows that backfill_assets did not "
-            f"write, so it will not take it over unchecked: run `backfill-assets adopt "
-            f"{spec.name} --check`, then `backfill-assets adopt {spec.name}`, which checks its "
-            "columns and keys against the declaration and records its history in place "
-            "(docs/adopt.md). Nothing was written"
-        )
+            return False  # a file from before the template: the framework wrote this table
+        # An empty table, created ahead of the first run, is the framework's to use.
+        return con.execute(f"SELECT 1 FROM {quote_ident(spec.name)} LIMIT 1").fetchone() is not None
 
     def _settle(
         self, con: duckdb.DuckDBPyConnection, spec: TableSpec, weeks: Mapping[str, str]

@@ -390,10 +390,12 @@ class DuckDBSwap(DuckDBLayout):
         """Drop every shadow week and its build log; with `plan_id` (an abandoned plan), free
         the table from that plan in the same transaction."""
         with self.transaction() as con:
-            self._ensure(con, spec)
+            unadopted = self._still_to_adopt(con, spec)
+            if not unadopted:
+                self._ensure(con, spec)
             if plan_id is not None:
                 self._free_plan(con, spec.name, plan_id)
-            return self._drop_shadow(con, spec)
+            return 0 if unadopted else self._drop_shadow(con, spec)
 
     def abandon(self, spec: TableSpec, plan_id: str) -> int:
         """Give up a plan that was not swapped, in one transaction: its shadow weeks dropped
@@ -402,12 +404,17 @@ class DuckDBSwap(DuckDBLayout):
         dropped."""
         validate_ident(plan_id, "plan id")
         with self.transaction() as con:
-            self._ensure(con, spec)
+            # A plan approved before its table was adopted: nothing of it was written, and
+            # abandoning it must not take the user's table over (nor leave it held, which would
+            # stop its adoption).
+            unadopted = self._still_to_adopt(con, spec)
+            if not unadopted:
+                self._ensure(con, spec)
             refuse_abandon(plan_id, spec.name, self._swap_state(con, spec.name, plan_id),
                            self._plan_row(con, plan_id))  # fmt: skip
             dropped = 0
             if self._active_plan(con, spec.name) == plan_id:
                 self._free_plan(con, spec.name, plan_id)
-                dropped = self._drop_shadow(con, spec)
+                dropped = 0 if unadopted else self._drop_shadow(con, spec)
             self._set_status(con, spec.name, plan_id, ABANDONED)
         return dropped
