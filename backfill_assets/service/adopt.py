@@ -143,14 +143,6 @@ def check_adoption(
             f"Recreate it as a plain table (CREATE TABLE ... AS SELECT), or partitioned BY RANGE "
             f"({spec.partition_column}), then adopt again"
         )
-    elif rel.kind == PARTITIONED and not rel.layout:
-        refusals.append(
-            f"{spec.name} is partitioned by range on {spec.partition_column}, but not in "
-            "backfill_assets' layout (one partition per ISO week under one per ISO year), so a "
-            f"swap could not attach its weeks. Rename it and create {spec.name} as a plain "
-            "table with its rows (CREATE TABLE ... AS SELECT), then adopt that: adopt converts "
-            "it online"
-        )
     elif rel.views and converts(wh, rel):
         refusals.append(
             f"views read {spec.name} ({', '.join(rel.views)}): a view follows the table it was "
@@ -201,7 +193,14 @@ def check_adoption(
             )
         if converts(wh, rel):
             notes.append(
-                f"{spec.name} is a plain table: it is converted online, copied a week at a time "
+                f"{spec.name} is "
+                + (
+                    f"partitioned by {rel.detail}, not in backfill_assets' layout (one partition "
+                    "per ISO week under one per ISO year)"
+                    if rel.kind == PARTITIONED
+                    else "a plain table"
+                )
+                + ": it is converted online, copied a week at a time "
                 "beside it while readers go on reading it, then the names are switched in one "
                 f"short transaction; the old table is kept as {spec.name}__adopted until "
                 f"`adopt {spec.name} --release` (`--rollback` puts it back)"
@@ -288,8 +287,9 @@ def adopt_table(
 
 
 def converts(wh: Warehouse, rel: ExistingRelation) -> bool:
-    """Whether adopting `rel` converts it online (a plain table on PostgreSQL)."""
-    return isinstance(wh, ConvertsOnline) and rel.kind == TABLE and not rel.layout
+    """Whether adopting `rel` converts it online (on PostgreSQL, a plain table or one
+    range-partitioned by its day in a layout of its own)."""
+    return isinstance(wh, ConvertsOnline) and rel.kind in (TABLE, PARTITIONED) and not rel.layout
 
 
 def _refuse_held(wh: Warehouse, spec_name: str, recorded: int) -> None:

@@ -1,15 +1,18 @@
-"""PostgreSQL: adopting a plain table by converting it online to the range-partitioned layout.
+"""PostgreSQL: adopting a plain table, or one range-partitioned by its day in another layout
+(by month, with a default partition, ...), by converting it online to the framework's layout.
 
 Readers keep reading the old table until the switch; the rows are copied beside it, a week at a
 time, each week in one transaction (the caller holds the table's writer lease for each, so the
 daily job can write between two):
 
 1. `convert_start`: the new parent `<table>__adopting` (partitioned by range on the partition
-   column, with the target's indexes), a change log and statement triggers on the old table that
-   record each day any INSERT, UPDATE or DELETE touches (so a write of the old pipeline during
-   the conversion is never missed), the adoption's record in `backfill_meta.adoptions`, and,
-   when the old table has no index leading with the partition column, one built concurrently
-   (`<table>__adopt_day`; a rollback drops it).
+   column, with the target's indexes), a change log and statement triggers on the old table (and
+   on each of its partitions, for a pipeline that writes them directly) that record each day any
+   INSERT, UPDATE or DELETE touches (so a write of the old pipeline during the conversion is
+   never missed), the adoption's record in `backfill_meta.adoptions`, and, when a plain old
+   table has no index leading with the partition column, one built concurrently
+   (`<table>__adopt_day`; a rollback drops it). A partitioned old table needs none: each week's
+   read is pruned to the partitions that hold it.
 2. `convert_week`: copy one ISO week into its week table `<table>__w<week>` (the final name),
    under its ISO year table, and record each day's rows and checksum. Again for a week the log
    says changed since it was copied (`changed_weeks`).
@@ -106,6 +109,8 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
         table (without it, the conversion's cost grows with the square of the history)."""
         name = self._day_index(spec)
         with self.connect() as con:
+            if self._leaves(con, spec.name):
+                return
             row = _x(
                 con,
                 "SELECT EXISTS (SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = "
@@ -166,25 +171,27 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
                 f"VALUES ('{key}', NULL); END IF; "
                 "RETURN NULL; END $f$",
             )
-            q = self._q(spec.name)
-            for suffix, event, refs in (
-                ("i", "INSERT", "NEW TABLE AS new_rows"),
-                ("u", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-                ("d", "DELETE", "OLD TABLE AS old_rows"),
-            ):
-                name = ident(f"backfill_adopt_{suffix}")
-                _x(con, f"DROP TRIGGER IF EXISTS {name} ON {q}")
+            # A write through a partitioned table fires its own statement triggers only; one
+            # straight into a partition fires the partition's.
+            for q in (self._q(spec.name), *self._leaves(con, spec.name)):
+                for suffix, event, refs in (
+                    ("i", "INSERT", "NEW TABLE AS new_rows"),
+                    ("u", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                    ("d", "DELETE", "OLD TABLE AS old_rows"),
+                ):
+                    name = ident(f"backfill_adopt_{suffix}")
+                    _x(con, f"DROP TRIGGER IF EXISTS {name} ON {q}")
+                    _x(
+                        con,
+                        f"CREATE TRIGGER {name} AFTER {event} ON {q} REFERENCING {refs} "
+                        f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+                    )
+                _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_t ON {q}")
                 _x(
                     con,
-                    f"CREATE TRIGGER {name} AFTER {event} ON {q} REFERENCING {refs} "
+                    f"CREATE TRIGGER backfill_adopt_t AFTER TRUNCATE ON {q} "
                     f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
                 )
-            _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_t ON {q}")
-            _x(
-                con,
-                f"CREATE TRIGGER backfill_adopt_t AFTER TRUNCATE ON {q} "
-                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-            )
             _x(
                 con,
                 f"INSERT INTO {M}.adoptions VALUES (%(t)s, %(s)s, %(b)s, %(now)s, NULL, %(now)s) "
@@ -329,9 +336,23 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
         return True
 
     def _drop_triggers(self, con: Connection, spec: TableSpec, on: str) -> None:
-        for suffix in "iudt":
-            _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_{suffix} ON {self._q(on)}")
+        for q in (self._q(on), *self._leaves(con, on)):
+            for suffix in "iudt":
+                _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_{suffix} ON {q}")
         _x(con, f"DROP FUNCTION IF EXISTS {self._function(spec)}()")
+
+    def _leaves(self, con: Connection, name: str) -> list[str]:
+        """The partitions holding the rows of a partitioned table `name` (none: a plain
+        table), as SQL names."""
+        return [
+            str(r[0])
+            for r in _x(
+                con,
+                "SELECT t.relid::regclass::text FROM pg_partition_tree(to_regclass(%(t)s)) t "
+                "WHERE t.isleaf AND t.relid <> to_regclass(%(t)s)",
+                {"t": self._q(name)},
+            ).fetchall()
+        ]
 
     def convert_rollback(self, spec: TableSpec) -> int:
         """Put the old table back under its name; the days written since the switch (the
