@@ -135,11 +135,119 @@ class StatusOut(_Out):
     batches: list[BatchStatus]
 
 
+class NumericOut(_Out):
+    sum_before: float = Field(description="over the live rows of the range")
+    sum_after: float = Field(description="over the shadow's rows of the range")
+    mean_before: float | None
+    mean_after: float | None
+    total_delta: float = Field(description="sum_after - sum_before")
+    mean_delta: float | None = Field(description="over the rows in both whose value changed")
+    delta_quantiles: dict[str, float] = Field(
+        description="p01, p25, p50, p75, p99 of the per-row delta over the rows that changed"
+    )
+
+
+class PairOut(_Out):
+    old: Any
+    new: Any
+    rows: int
+
+
+class ColumnOut(_Out):
+    name: str
+    type: str
+    changed_rows: int = Field(description="of the rows in both")
+    changed_share: float = Field(description="changed_rows / rows in both")
+    numeric: NumericOut | None
+    top_pairs: list[PairOut] = Field(description="non-numeric columns: the most frequent changes")
+
+
+class DayOut(_Out):
+    day: str
+    rows_changed: int
+    sums: dict[str, list[float]] = Field(description="numeric column -> [before, after]")
+
+
+class TypeChange(_Out):
+    column: str
+    live: str
+    shadow: str
+
+
+class SchemaOut(_Out):
+    added: list[str]
+    removed: list[str]
+    changed_type: list[TypeChange]
+
+
+class DiffOut(_Out):
+    """`diff --format json`: a plan's shadow against the live rows, over its written batches."""
+
+    format_version: Literal[1] = FORMAT_VERSION
+    command: Literal["diff"] = "diff"
+    plan_id: str
+    target: str
+    range: str = Field(description="the days compared, inclusive: the batches written so far")
+    batches_written: int
+    batches_total: int
+    tolerance: float
+    schema_changes: SchemaOut
+    rows_in_both: int
+    only_in_shadow: int
+    only_in_live: int
+    rows_changed: int
+    columns: list[ColumnOut]
+    days: list[DayOut]
+    side_by_side: list[dict[str, Any]] = Field(
+        description="a few changed rows: key, day, side, and {old, new} per changed column"
+    )
+
+    @classmethod
+    def of(cls, got: Any) -> DiffOut:
+        """From a `service.review.PlanDiff`."""
+        d = got.diff.to_dict()
+        last = got.plan.batches[got.batches_written - 1].end
+        return cls(
+            plan_id=got.plan.plan_id,
+            target=got.plan.target,
+            range=f"{got.plan.start}..{last}",
+            batches_written=got.batches_written,
+            batches_total=len(got.plan.batches),
+            tolerance=d["tolerance"],
+            schema_changes=SchemaOut(
+                added=d["schema"]["added"],
+                removed=d["schema"]["removed"],
+                changed_type=[
+                    TypeChange(column=c, live=a, shadow=b)
+                    for c, a, b in d["schema"]["changed_type"]
+                ],
+            ),
+            rows_in_both=d["rows_in_both"],
+            only_in_shadow=d["only_in_shadow"],
+            only_in_live=d["only_in_live"],
+            rows_changed=got.diff.rows_changed,
+            columns=[
+                ColumnOut(
+                    name=c["name"],
+                    type=c["sql_type"],
+                    changed_rows=c["changed_rows"],
+                    changed_share=c["changed_share"],
+                    numeric=NumericOut(**c["numeric"]) if c["numeric"] else None,
+                    top_pairs=[PairOut(old=o, new=n, rows=k) for o, n, k in c["top_pairs"]],
+                )
+                for c in d["columns"]
+            ],
+            days=[DayOut(**x) for x in d["days"]],
+            side_by_side=d["side_by_side"],
+        )
+
+
 MODELS: dict[str, type[BaseModel]] = {
     "list": PlanList,
     "run": RunOut,
     "swap": SwapOut,
     "status": StatusOut,
+    "diff": DiffOut,
 }
 
 

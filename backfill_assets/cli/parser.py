@@ -10,7 +10,7 @@ from backfill_assets.cli.adopting import cmd_adopt
 from backfill_assets.cli.common import EXIT_CODES
 from backfill_assets.cli.options import add_format_option, add_location_options, add_plan_argument
 from backfill_assets.cli.planning import cmd_approve, cmd_plan
-from backfill_assets.cli.reporting import cmd_doctor, cmd_list, cmd_runbook, cmd_status
+from backfill_assets.cli.reporting import cmd_diff, cmd_doctor, cmd_list, cmd_runbook, cmd_status
 from backfill_assets.cli.running import cmd_pause, cmd_run, cmd_start
 from backfill_assets.cli.swapping import cmd_abandon, cmd_release, cmd_rollback, cmd_swap
 
@@ -95,6 +95,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_plan_argument(s)
     add_format_option(s)
+
+    s = command(
+        "diff",
+        "what a plan's backfill changes: its shadow against the live rows, per column and day",
+        cmd_diff,
+    )
+    add_plan_argument(s)
+    s.add_argument("--format", choices=["text", "json", "markdown"], default="text")
+    s.add_argument(
+        "--tolerance",
+        type=float,
+        default=1e-9,
+        help="a float column's values differing by at most this are the same (default: 1e-9)",
+    )
 
     s = command("list", "the plans in the instance and their status", cmd_list)
     s.add_argument("--target", help="only the plans of this table")

@@ -1,5 +1,5 @@
-"""`status`, `list`, `doctor` and `runbook`: where a plan stands, the plans there are, what is
-wrong, and a table's runbook."""
+"""`status`, `list`, `doctor`, `runbook` and `diff`: where a plan stands, the plans there are,
+what is wrong, a table's runbook, and what a plan's backfill changes."""
 
 from __future__ import annotations
 
@@ -93,4 +93,25 @@ def cmd_runbook(a: argparse.Namespace) -> int:
     c = _context(a)
     table = table_for(c.tables, a.table)
     print(render_runbook(table, daily_run_durations(c.instance, table.daily_job)), end="")
+    return EXIT_OK
+
+
+def cmd_diff(a: argparse.Namespace) -> int:
+    from backfill_assets.lib.review.render import render_markdown, render_text
+    from backfill_assets.service.review import plan_diff
+
+    c = _context(a)
+    got = plan_diff(c.instance, c.tables, c.wh, _plan_id_arg(a.plan), tolerance=a.tolerance)
+    title = (
+        f"diff of plan {got.plan.plan_id} ({got.plan.target}), {got.batches_written} of "
+        f"{len(got.plan.batches)} batches written: the shadow against the live rows"
+    )
+    if a.format == "text":
+        print(render_text(got.diff, title=title))
+    elif a.format == "markdown":
+        print(render_markdown(got.diff, title=title), end="")
+    else:
+        from backfill_assets.cli.output import DiffOut, dump
+
+        print(dump(DiffOut.of(got)))
     return EXIT_OK

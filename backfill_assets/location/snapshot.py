@@ -45,7 +45,6 @@ from backfill_assets.location.encoding import describe, view_from
 from backfill_assets.location.view import LocationView, NotCacheable
 
 if TYPE_CHECKING:
-
     from backfill_assets.location.loader import LocationSpec
 
 FORMAT = 1

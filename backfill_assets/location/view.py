@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from backfill_assets.lib.table import BackfillableTable
 
 
-
 class NotCacheable(Exception):
     """The definitions hold something a snapshot cannot write down; the location is imported."""
 

@@ -279,9 +279,7 @@ def acquire_writer(
         delay = min(delay * 2, POLL_MAX_S)
 
 
-def live_runner(
-    instance: dg.DagsterInstance, wh: Warehouse, plan_id: str
-) -> LeaseHolder | None:
+def live_runner(instance: dg.DagsterInstance, wh: Warehouse, plan_id: str) -> LeaseHolder | None:
     """The process running the plan's batches (`backfill-assets run`), if one lives."""
     holder = wh.writer(f"{RUNNER_LEASE}{plan_id}")
     if holder is None or gone_reason(instance, holder, reap=False) is not None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from backfill_assets.lib.adoption import ExistingRelation, TableScan
+    from backfill_assets.lib.review.diff import DataDiff
     from backfill_assets.lib.warehouse.dialects import SQL
 
 
@@ -398,6 +399,13 @@ class Warehouse(Protocol):
         invariants: Mapping[str, str],
         full_compare: bool,
     ) -> GateInputs: ...
+
+    def diff(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, tolerance: float = ...
+    ) -> DataDiff:
+        """The shadow's rows of [start, end) against the live rows of those days
+        (lib/review/diff.py); reads only."""
+        ...
 
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False

@@ -29,7 +29,7 @@ The adapter is cut by concern: `connection` (the file, sessions, transactions), 
 metadata tables, versions, checksums, fingerprints), `layout` (the target's relations), `writes`
 (partition writes, plain tables, reads), `swap` (swap, rollback, release, abandon), `gates` (the
 gates' reads) and `adopt` (an existing table brought under the framework in place). What every
-engine shares (leases, plan claims and records, the version check, names) is
+engine shares (leases, plan claims and records, the version check, names, the diff) is
 `lib/warehouse/shared`.
 """
 
@@ -38,9 +38,10 @@ from __future__ import annotations
 from backfill_assets.lib.warehouse.duckdb.adopt import DuckDBAdopt
 from backfill_assets.lib.warehouse.duckdb.swap import DuckDBSwap
 from backfill_assets.lib.warehouse.duckdb.writes import DuckDBWrites
+from backfill_assets.lib.warehouse.shared.diffing import Differ
 
 
-class DuckDBWarehouse(DuckDBWrites, DuckDBSwap, DuckDBAdopt):
+class DuckDBWarehouse(DuckDBWrites, DuckDBSwap, DuckDBAdopt, Differ):
     """The DuckDB warehouse: one file (DuckDB allows one writing process per file)."""
 
 

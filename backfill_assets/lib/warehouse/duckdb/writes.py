@@ -152,6 +152,28 @@ class DuckDBWrites(DuckDBLayout):
 
         return gate_inputs(self, spec, start, end, **kw)
 
+    def _diff_relations(
+        self, con: Any, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> tuple[str, str]:
+        """The diff's two sides: the week tables holding [start, end), as the gates read them."""
+        from backfill_assets.lib.warehouse.duckdb.gates import _weeks
+
+        tables = self._week_tables_of(con, spec.shadow_name, spec.name)
+        return (
+            _weeks(spec, spec.shadow_name, tables[spec.shadow_name], start, end),
+            _weeks(spec, spec.name, tables[spec.name], start, end),
+        )
+
+    def _relation_columns(self, con: Any, name: str) -> list[tuple[str, str]]:
+        return [
+            (str(n), str(t))
+            for n, t in con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' "
+                "AND lower(table_name) = lower($n) ORDER BY column_index",
+                {"n": name},
+            ).fetchall()
+        ]
+
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> dict[dt.date, str]:

@@ -33,16 +33,17 @@ metadata tables, versions, checksums), `layout` (the target's relations), `write
 writes, plain tables, reads), `swap` (swap, rollback, release, abandon), `gates` (the gates'
 reads), `adopt` (an existing table read and recorded) and `convert` (a plain table adopted by
 converting it online). What every engine shares (leases, plan claims and records, the version
-check, names) is `lib/warehouse/shared`.
+check, names, the diff) is `lib/warehouse/shared`.
 """
 
 from __future__ import annotations
 
 from backfill_assets.lib.warehouse.postgres.convert import PostgresConvert
 from backfill_assets.lib.warehouse.postgres.writes import PostgresWrites
+from backfill_assets.lib.warehouse.shared.diffing import Differ
 
 
-class PostgresWarehouse(PostgresWrites, PostgresConvert):
+class PostgresWarehouse(PostgresWrites, PostgresConvert, Differ):
     """The PostgreSQL warehouse: one schema of one database."""
 
 

@@ -157,6 +157,24 @@ class PostgresWrites(PostgresLayout):
 
         return gate_inputs(self, spec, start, end, **kw)
 
+    def _diff_relations(
+        self, con: Any, spec: TableSpec, start: dt.date, end: dt.date
+    ) -> tuple[str, str]:
+        """The diff's two sides: the partitioned tables (each read pruned to the days)."""
+        return self._q(spec.shadow_name), self._q(spec.name)
+
+    def _relation_columns(self, con: Any, name: str) -> list[tuple[str, str]]:
+        return [
+            (str(n), str(t))
+            for n, t in _x(
+                con,
+                "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+                "WHERE attrelid = to_regclass(%(t)s) AND attnum > 0 AND NOT attisdropped "
+                "ORDER BY attnum",
+                {"t": self._q(name)},
+            ).fetchall()
+        ]
+
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> dict[dt.date, str]:

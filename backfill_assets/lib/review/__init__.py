@@ -1,0 +1,1 @@
+"""Review before the swap: what a backfill changes (diff.py)."""
