@@ -43,7 +43,12 @@ CODE_VERSION_TAG = "dagster/code_version"
 ROW_COUNT_CHECK = "row_count_gate"
 SAMPLE_CHECK = "sample_gate"
 INVARIANTS_CHECK = "invariants_gate"
-GATE_NAMES = (ROW_COUNT_CHECK, SAMPLE_CHECK, INVARIANTS_CHECK)
+# The diff of the shadow against the live rows, recorded per partition; it fails only on the
+# thresholds the criteria declare (criteria.diff).
+DIFF_CHECK = "diff_gate"
+# The gates of every plan's batches; a plan built before the diff gate has these alone.
+CORE_GATES = (ROW_COUNT_CHECK, SAMPLE_CHECK, INVARIANTS_CHECK)
+GATE_NAMES = (*CORE_GATES, DIFF_CHECK)
 # On a target asset: true when its swap builds its impacted dbt models in shadow and publishes
 # them with it (backfill_definitions(..., downstream_dbt=...)).
 DOWNSTREAM_DBT_METADATA_KEY = "backfill_assets/downstream_dbt"
@@ -88,6 +93,8 @@ START_OP = "start_backfill_plan"
 PAUSE_OP = "pause_backfill_plan"
 ADOPT_JOB = "adopt_table_job"
 ADOPT_OP = "adopt_table_op"
+REVIEW_JOB = "review_backfill_plan_job"
+REVIEW_OP = "review_backfill_plan"
 
 
 def shadow_job(table: str) -> str:

@@ -71,7 +71,7 @@ def test_every_command_that_reports_state_prints_json_of_its_documented_shape(
     assert main(["status", plan.plan_id, "--format", "json"]) == 0
     status = _json(capsys, "status")
     assert status["batches_passed"] == 2 and not status["halted"]
-    assert status["gates"] == ["row_count_gate", "sample_gate", "invariants_gate"]
+    assert status["gates"] == ["row_count_gate", "sample_gate", "invariants_gate", "diff_gate"]
     assert len(status["grid"]) == 14
     assert {s for row in status["grid"].values() for s in row.values()} == {"passed"}
 
@@ -131,9 +131,9 @@ def test_exit_1_a_gate_failed_the_plan_is_halted_and_json_says_so(
     assert main(["status", plan.plan_id]) == 0
     text = capsys.readouterr().out
     # The grid: the passed days on one line each side of the bad day, which has its own.
-    assert re.search(r"2026-01-05\.\.2026-01-12 +ok +ok +ok\n", text)
-    assert re.search(r"2026-01-13 +ok +FAIL +ok\n", text)
-    assert re.search(r"2026-01-14\.\.2026-01-18 +ok +ok +ok\n", text)
+    assert re.search(r"2026-01-05\.\.2026-01-12 +ok +ok +ok +ok\n", text)
+    assert re.search(r"2026-01-13 +ok +FAIL +ok +ok\n", text)
+    assert re.search(r"2026-01-14\.\.2026-01-18 +ok +ok +ok +ok\n", text)
     assert main(["status", plan.plan_id, "--format", "json"]) == 0
     grid = _json(capsys, "status")["grid"]
     assert grid[bad_day.isoformat()]["sample_gate"] == "failed"
@@ -288,4 +288,6 @@ def test_the_plan_records_its_batches_as_a_dagster_table(defs, instance, history
     assert [(r["batch"], r["start"], r["end"], r["partitions"]) for r in rows] == [
         (b.index, b.start.isoformat(), b.end.isoformat(), len(b.partitions)) for b in plan.batches
     ]
-    assert all(r["gates"] == "row_count_gate, sample_gate, invariants_gate" for r in rows)
+    assert all(
+        r["gates"] == "row_count_gate, sample_gate, invariants_gate, diff_gate" for r in rows
+    )

@@ -5,6 +5,7 @@ instance and real runs.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from decimal import Decimal
@@ -14,10 +15,13 @@ import pytest
 
 from backfill_assets.cli import main
 from backfill_assets.cli.output import shipped_schema
+from backfill_assets.errors import GateFailed
 from backfill_assets.example.declaration import ORDERS
+from backfill_assets.lib.gates import evaluate_gates
+from backfill_assets.lib.planning.criteria import DiffThresholds
 from backfill_assets.service.swap import perform_swap
 from tests.conftest import make_plan
-from tests.helpers import execute
+from tests.helpers import execute, refused_message, swap_or_rollback
 
 pytestmark = pytest.mark.backends("embedded", "postgres")
 SPEC = ORDERS.spec
@@ -39,7 +43,9 @@ def _total(rows: dict[int, dict[str, object]], column: str) -> Decimal:
     return sum((Decimal(str(r[column])) for r in rows.values()), Decimal(0))
 
 
-def test_the_diff_before_the_swap_is_what_the_swap_changes(defs, instance, history, capsys):
+def test_the_diff_before_the_swap_is_what_the_swap_changes(
+    defs, instance, history, capsys, tmp_path
+):
     wh = history
     plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
     execute(defs, instance, wh, plan)
@@ -54,9 +60,13 @@ def test_the_diff_before_the_swap_is_what_the_swap_changes(defs, instance, histo
     assert main(["diff", plan.plan_id]) == 0
     text = capsys.readouterr().out
     assert "2 of 2 batches written" in text and "unchanged on every row: order_id" in text
-    assert main(["diff", plan.plan_id, "--format", "markdown"]) == 0
+    chart = tmp_path / "diff.svg"
+    assert main(["diff", plan.plan_id, "--format", "markdown", "--chart", str(chart)]) == 0
     markdown = capsys.readouterr().out
     assert "| `fx_rate` |" in markdown
+    svg = chart.read_text()
+    assert svg.count("<polyline") == 4  # fx_rate and net_revenue_usd, before and after
+    assert ">net_revenue_usd</text>" in svg
     assert perform_swap(instance, ORDERS, wh, plan.plan_id).action == "swapped"
     after = _rows(wh)
     assert set(after) == set(before)
@@ -93,7 +103,9 @@ def test_the_diff_before_the_swap_is_what_the_swap_changes(defs, instance, histo
     assert out["plan_id"] == plan.plan_id
 
 
-def test_a_change_in_a_column_declared_unchanged_shows_in_the_diff(defs, instance, history):
+def test_a_change_in_a_column_declared_unchanged_shows_in_the_diff_and_fails_its_threshold(
+    defs, instance, history
+):
     wh = history
     plan = make_plan(defs, instance, wh, START.isoformat(), START.isoformat())
     execute(defs, instance, wh, plan)
@@ -112,3 +124,71 @@ def test_a_change_in_a_column_declared_unchanged_shows_in_the_diff(defs, instanc
     assert status.changed_rows == 1
     assert status.top_pairs[0][1:] == ("refunded", 1)
     assert any(r["order_id"] == first and "status" in r for r in diff.side_by_side)
+
+    # Declared, the threshold fails that day's diff gate, naming the column; the other days pass.
+    strict = dataclasses.replace(ORDERS.criteria, diff=DiffThresholds(only_changed_columns=True))
+    gates = evaluate_gates(wh, SPEC, strict, START, START + dt.timedelta(days=1), plan.plan_id)
+    (outcome,) = [g for g in gates if g.check_name == "diff_gate"]
+    assert not outcome.passed
+    assert "columns not declared as changed changed: status (1 rows)" in outcome.description
+    assert outcome.metadata["changed_by_column"]["status"] == 1
+    gates = evaluate_gates(wh, SPEC, ORDERS.criteria, START, START + dt.timedelta(days=1), "x")
+    assert all(g.passed for g in gates if g.check_name == "diff_gate")
+
+
+def test_a_threshold_breached_by_the_fix_halts_the_plan_and_the_swap_refuses(
+    defs, instance, history
+):
+    # The FX fix changes about 14% of the rows; at most 5% are allowed.
+    criteria = dataclasses.replace(ORDERS.criteria, diff=DiffThresholds(max_changed_pct=5))
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat(), criteria=criteria)
+    assert plan.to_dict()["criteria"]["diff"]["max_changed_pct"] == 5
+    with pytest.raises(GateFailed) as failed:
+        execute(defs, instance, history, plan)
+    assert f"{START} diff_gate" in str(failed.value) and "halted at batch 1" in str(failed.value)
+    swap = swap_or_rollback(defs, instance, history, plan.plan_id)
+    assert not swap.success
+    assert f"{START} diff_gate failed" in refused_message(swap)
+
+
+def test_a_table_that_requires_a_review_refuses_the_swap_until_a_current_review_by_another(
+    defs, instance, history
+):
+    from backfill_assets.constants import PLAN_ID_TAG, shadow_job
+    from backfill_assets.errors import ExecutionRefused, SwapRefused
+    from backfill_assets.service.review import record_review
+    from backfill_assets.service.runs import run_job
+    from backfill_assets.service.status import plan_status, render_status
+
+    wh = history
+    strict = dataclasses.replace(ORDERS, swap_requires_review=True, reviewer_must_differ=True)
+    tables = {"orders_daily": strict}
+    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())  # approved by "tests"
+    with pytest.raises(ExecutionRefused, match="no batch written yet"):
+        record_review(instance, tables, wh, plan.plan_id, "bob")
+    execute(defs, instance, wh, plan)
+    before = wh.checksums(SPEC, START, END + dt.timedelta(days=1))
+
+    with pytest.raises(SwapRefused, match="requires a review of the plan's diff before its swap"):
+        perform_swap(instance, strict, wh, plan.plan_id)
+    # The two-person rule: the approver may not review.
+    with pytest.raises(ExecutionRefused, match="requires a reviewer other than the approver"):
+        record_review(instance, tables, wh, plan.plan_id, "tests")
+    reviewed = record_review(instance, tables, wh, plan.plan_id, "bob")
+    assert reviewed.diff.column("fx_rate").changed_rows > 0
+    text = render_status(plan_status(instance, tables, wh, plan.plan_id))
+    assert "review: reviewed by bob at" in text and "diff (as reviewed):" in text
+
+    # The shadow written again after the review (a real batch run of one day) voids it.
+    day = START.isoformat()
+    run_job(defs, shadow_job("orders_daily"), instance, partition_key=day,
+            tags={PLAN_ID_TAG: plan.plan_id})  # fmt: skip
+    with pytest.raises(SwapRefused, match=r"was written after bob's review at .* which is void"):
+        perform_swap(instance, strict, wh, plan.plan_id)
+    assert "is void: the shadow was written after it" in render_status(
+        plan_status(instance, tables, wh, plan.plan_id)
+    )
+    assert wh.checksums(SPEC, START, END + dt.timedelta(days=1)) == before  # nothing swapped
+
+    record_review(instance, tables, wh, plan.plan_id, "bob")
+    assert perform_swap(instance, strict, wh, plan.plan_id).action == "swapped"

@@ -126,6 +126,8 @@ class StatusOut(_Out):
     failed_gates: list[str]
     not_run: int
     swap_state: str | None
+    review: str = Field(description="who reviewed the plan's diff and whether it still holds")
+    diff_summary: str | None = Field(description="the diff as reviewed, in one line")
     writer: WriterOut | None
     daily_runs_in_progress: list[str]
     gates: list[str] = Field(description="the grid's columns, in order")
@@ -166,6 +168,8 @@ class DayOut(_Out):
     day: str
     rows_changed: int
     sums: dict[str, list[float]] = Field(description="numeric column -> [before, after]")
+    rows: int = Field(description="rows of the day on either side (in both counted once)")
+    changed: dict[str, int] = Field(description="column -> rows changed, for those that changed")
 
 
 class TypeChange(_Out):

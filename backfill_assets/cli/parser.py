@@ -10,7 +10,14 @@ from backfill_assets.cli.adopting import cmd_adopt
 from backfill_assets.cli.common import EXIT_CODES
 from backfill_assets.cli.options import add_format_option, add_location_options, add_plan_argument
 from backfill_assets.cli.planning import cmd_approve, cmd_plan
-from backfill_assets.cli.reporting import cmd_diff, cmd_doctor, cmd_list, cmd_runbook, cmd_status
+from backfill_assets.cli.reporting import (
+    cmd_diff,
+    cmd_doctor,
+    cmd_list,
+    cmd_review,
+    cmd_runbook,
+    cmd_status,
+)
 from backfill_assets.cli.running import cmd_pause, cmd_run, cmd_start
 from backfill_assets.cli.swapping import cmd_abandon, cmd_release, cmd_rollback, cmd_swap
 
@@ -109,6 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=1e-9,
         help="a float column's values differing by at most this are the same (default: 1e-9)",
     )
+    s.add_argument(
+        "--chart",
+        metavar="FILE.svg",
+        help="also write each changed numeric column's sum per day, before and after, as SVG",
+    )
+
+    s = command(
+        "review",
+        "record that you reviewed a plan's diff (a table with swap_requires_review needs it)",
+        cmd_review,
+    )
+    add_plan_argument(s)
+    s.add_argument("--by", help="who reviews (default: $USER)")
 
     s = command("list", "the plans in the instance and their status", cmd_list)
     s.add_argument("--target", help="only the plans of this table")

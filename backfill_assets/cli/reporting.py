@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from backfill_assets.cli.common import EXIT_OK
 from backfill_assets.cli.context import _context, _instance
 from backfill_assets.cli.options import _plan_id_arg
-from backfill_assets.errors import BackfillError
+from backfill_assets.errors import BackfillError, InvalidInput
 
 if TYPE_CHECKING:
     import argparse
@@ -106,6 +106,16 @@ def cmd_diff(a: argparse.Namespace) -> int:
         f"diff of plan {got.plan.plan_id} ({got.plan.target}), {got.batches_written} of "
         f"{len(got.plan.batches)} batches written: the shadow against the live rows"
     )
+    if a.chart:
+        from pathlib import Path
+
+        from backfill_assets.lib.review.chart import render_svg
+
+        try:
+            Path(a.chart).write_text(render_svg(got.diff))
+        except OSError as e:
+            raise InvalidInput(f"cannot write the chart to {a.chart}: {e.strerror}") from None
+        print(f"chart written to {a.chart}", file=sys.stderr)
     if a.format == "text":
         print(render_text(got.diff, title=title))
     elif a.format == "markdown":
@@ -114,4 +124,15 @@ def cmd_diff(a: argparse.Namespace) -> int:
         from backfill_assets.cli.output import DiffOut, dump
 
         print(dump(DiffOut.of(got)))
+    return EXIT_OK
+
+
+def cmd_review(a: argparse.Namespace) -> int:
+    from backfill_assets.cli.options import _who
+    from backfill_assets.lib.review.render import headline
+    from backfill_assets.service.review import record_review
+
+    c = _context(a)
+    got = record_review(c.instance, c.tables, c.wh, _plan_id_arg(a.plan), _who(a))
+    print(f"plan {got.plan.plan_id} reviewed by {_who(a)}: {headline(got.diff)}")
     return EXIT_OK

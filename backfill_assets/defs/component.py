@@ -75,6 +75,13 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
         default=None,
         description="max_seconds and/or max_rows a backfill may take per window occurrence.",
     )
+    swap_requires_review: bool = Field(
+        default=False,
+        description="Refuse the swap until a named person reviewed the plan's diff.",
+    )
+    reviewer_must_differ: bool = Field(
+        default=False, description="With swap_requires_review: the reviewer is not the approver."
+    )
     define_daily_job: bool = Field(
         default=False,
         description="Also define `daily_job` as an asset job over the table alone.",
@@ -112,6 +119,8 @@ class BackfillableTableComponent(dg.Component, dg.Model, dg.Resolvable):
             backfill_budget=Budget(self.backfill_budget.max_seconds, self.backfill_budget.max_rows)
             if self.backfill_budget
             else None,
+            swap_requires_review=self.swap_requires_review,
+            reviewer_must_differ=self.reviewer_must_differ,
         )
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:

@@ -6,6 +6,8 @@
 - `start_backfill_plan_job` hands an approved plan to its table's batch driver;
   `pause_backfill_plan_job` stops the driver from launching further batches.
 - `adopt_table_job` adopts a table that already exists, as `backfill-assets adopt` does.
+- `review_backfill_plan_job` records that a named person reviewed a plan's diff (a table with
+  `swap_requires_review` needs it before the swap), as `backfill-assets review` does.
 
 These are module-level objects, identical for every `backfill_definitions` call, so merging the
 results of two calls does not conflict. The tables come from the run's code location.
@@ -27,6 +29,8 @@ from backfill_assets.constants import (
     PLAN_OP,
     PLANS_ASSET,
     PLANS_PARTITIONS,
+    REVIEW_JOB,
+    REVIEW_OP,
     START_JOB,
     START_OP,
     WAREHOUSE_RESOURCE_KEY,
@@ -89,6 +93,13 @@ class PlanCommandConfig(dg.Config):
 
     plan_id: str
     requested_by: str = "dagster-ui"
+
+
+class ReviewConfig(dg.Config):
+    """The plan whose diff was reviewed, and who reviewed it (recorded on backfill_plans)."""
+
+    plan_id: str
+    reviewed_by: str
 
 
 class AdoptConfig(dg.Config):
@@ -247,6 +258,33 @@ def adopt_table_op(context: dg.OpExecutionContext, config: AdoptConfig) -> None:
     context.log.info(result.describe())
 
 
+@dg.op(
+    name=REVIEW_OP,
+    required_resource_keys=_RESOURCES,
+    description="Record that reviewed_by reviewed the plan's diff (the shadow against the live "
+    "rows, shown as diff_markdown on backfill_plans). A shadow written after it voids it.",
+)
+def review_backfill_plan_op(context: dg.OpExecutionContext, config: ReviewConfig) -> None:
+    from backfill_assets.lib.review.render import headline
+    from backfill_assets.service.review import record_review
+
+    _, tables, _ = _location(context)
+    wh = getattr(context.resources, WAREHOUSE_RESOURCE_KEY).adapter()
+    got = record_review(context.instance, tables, wh, config.plan_id, config.reviewed_by)
+    context.log.info(
+        f"plan {config.plan_id} reviewed by {config.reviewed_by}: {headline(got.diff)}"
+    )
+
+
+@dg.job(
+    name=REVIEW_JOB,
+    description="Record a review of an approved plan's diff (config: plan_id, reviewed_by); a "
+    "table with swap_requires_review refuses the swap without one.",
+)
+def review_backfill_plan_job() -> None:
+    review_backfill_plan_op()
+
+
 @dg.job(
     name=PLAN_JOB,
     description="Plan a backfill from the Launchpad (config: target, start, end, window, "
@@ -295,5 +333,6 @@ CONTROL_DEFINITIONS = dg.Definitions(
         start_backfill_plan_job,
         pause_backfill_plan_job,
         adopt_table_job,
+        review_backfill_plan_job,
     ],
 )

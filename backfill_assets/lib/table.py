@@ -72,6 +72,11 @@ class BackfillableTable:
             idle window (`Budget(max_seconds=..., max_rows=...)`, estimated); the planner spreads
             the batches over more occurrences to stay within it, and refuses a batch that alone
             goes over it.
+        swap_requires_review: the swap is refused until a named person has reviewed the plan's
+            diff (`backfill-assets review PLAN --by NAME`), and again once the shadow is written
+            after that review.
+        reviewer_must_differ: with `swap_requires_review`, the reviewer may not be the plan's
+            approver (a two-person rule).
     """
 
     spec: TableSpec
@@ -88,12 +93,19 @@ class BackfillableTable:
     backfill_window: str | None = None
     writer_wait_seconds: float = 3600.0
     backfill_budget: Budget | None = None
+    swap_requires_review: bool = False
+    reviewer_must_differ: bool = False
     description: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         name = getattr(self.spec, "name", "?")
         if not isinstance(self.spec, TableSpec):
             raise InvalidInput(f"{name}: spec must be a TableSpec")
+        if self.reviewer_must_differ and not self.swap_requires_review:
+            raise InvalidInput(
+                f"{name}: reviewer_must_differ applies to the review swap_requires_review asks "
+                "for; set swap_requires_review=True too, or drop reviewer_must_differ"
+            )
         if not isinstance(self.partitions_def, dg.DailyPartitionsDefinition):
             raise InvalidInput(f"{name}: partitions_def must be a DailyPartitionsDefinition")
         if isinstance(self.build, str):

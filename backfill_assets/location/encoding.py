@@ -168,6 +168,8 @@ def _table(table: BackfillableTable) -> dict[str, Any]:
         "backfill_budget": [table.backfill_budget.max_seconds, table.backfill_budget.max_rows]
         if table.backfill_budget
         else None,
+        "swap_requires_review": table.swap_requires_review,
+        "reviewer_must_differ": table.reviewer_must_differ,
         "description": table.description,
     }
 
@@ -277,6 +279,8 @@ def _table_from(data: Mapping[str, Any]) -> BackfillableTable:
         backfill_window=data["backfill_window"],
         writer_wait_seconds=data["writer_wait_seconds"],
         backfill_budget=Budget(*budget) if (budget := data.get("backfill_budget")) else None,
+        swap_requires_review=bool(data.get("swap_requires_review", False)),
+        reviewer_must_differ=bool(data.get("reviewer_must_differ", False)),
         description=data["description"],
     )
 

@@ -191,7 +191,9 @@ def plan_facts(
             states[batch.index] = BatchState.PENDING
         elif any(
             s.state == GateState.FAILED
-            for s in gate_states(instance, plan.shadow, batch.partitions, plan.plan_id)
+            for s in gate_states(
+                instance, plan.shadow, batch.partitions, plan.plan_id, gates=batch.gates
+            )
         ):
             states[batch.index] = BatchState.FAILED_GATES
         else:

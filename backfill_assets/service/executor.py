@@ -109,7 +109,7 @@ def in_window(plan: BackfillPlan, now: dt.datetime) -> bool:
 
 def batch_done(instance: dg.DagsterInstance, plan: BackfillPlan, batch: Batch) -> bool:
     """Every gate of every partition passed, on shadow data that this plan wrote."""
-    states = gate_states(instance, plan.shadow, batch.partitions, plan.plan_id)
+    states = gate_states(instance, plan.shadow, batch.partitions, plan.plan_id, batch.gates)
     return all(s.state == GateState.PASSED for s in states)
 
 

@@ -16,7 +16,9 @@ from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.lease import gone_reason
+from backfill_assets.service.plans import latest_plan_record
 from backfill_assets.service.reconcile import current_plan
+from backfill_assets.service.review import review_state
 from backfill_assets.service.tables import table_for
 
 
@@ -28,7 +30,7 @@ def plan_status(
 ) -> dict[str, Any]:
     plan, status = current_plan(instance, wh, plan_id)
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
-    states = gate_states(instance, plan.shadow, plan.partitions, plan_id)
+    states = gate_states(instance, plan.shadow, plan.partitions, plan_id, plan.gates)
     by_partition: dict[str, list[GateState]] = {}
     for s in states:
         by_partition.setdefault(s.partition, []).append(s.state)
@@ -80,6 +82,8 @@ def plan_status(
         except WarehouseError as e:
             swap_state = f"unknown ({e})"
     failed = [s for s in states if s.state == GateState.FAILED]
+    _, review = review_state(instance, table, plan)
+    record = latest_plan_record(instance, plan_id) or {}
     gates = list(dict.fromkeys(g for b in plan.batches for g in b.gates))
     grid: dict[str, dict[str, str]] = {pk: {} for pk in plan.partitions}
     for st in states:
@@ -96,6 +100,8 @@ def plan_status(
         "failed_gates": [f"{s.partition} {s.gate}" for s in failed][:50],
         "not_run": sum(s.state == GateState.NOT_RUN for s in states),
         "swap_state": swap_state,
+        "review": review,
+        "diff_summary": record.get("diff_summary"),
         "writer": writer,
         "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, table)],
         "gates": gates,
@@ -151,6 +157,11 @@ def render_status(s: dict[str, Any]) -> str:
         f"batches passed: {s['batches_passed']}/{s['batches_total']}; swap: "
         f"{s['swap_state'] or 'not swapped'}",
     ]
+    lines.append(f"review: {s['review']}")
+    if s.get("diff_summary"):
+        lines.append(f"diff (as reviewed): {s['diff_summary']}")
+    elif s["status"] == "approved" and s["batches_passed"]:
+        lines.append(f"diff: backfill-assets diff {s['plan_id']}")
     writer = s.get("writer")
     if writer:
         if writer["free"]:

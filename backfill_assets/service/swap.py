@@ -3,9 +3,10 @@ refresh downstream.
 
 The swap refuses (SwapRefused, nothing changed) unless every planned partition has a passing
 latest evaluation of every gate, on shadow data this plan wrote, newer than that partition's
-latest shadow write (read from the instance); and the warehouse confirms in the same transaction
-as the swap that the plan holds the table and that every shadow partition was built by it against
-the live version still in place.
+latest shadow write (read from the instance); for a table with `swap_requires_review`, unless a
+review of the plan's diff is recorded and no shadow write came after it (service.review); and
+the warehouse confirms in the same transaction as the swap that the plan holds the table and
+that every shadow partition was built by it against the live version still in place.
 
 The callers hold the table's writer lease around each of these (see service.lease).
 """
@@ -38,6 +39,7 @@ from backfill_assets.service.plans import (
     record_status,
 )
 from backfill_assets.service.reconcile import current_plan, settle
+from backfill_assets.service.review import review_state
 from backfill_assets.service.stale import latest_builds
 from backfill_assets.service.tables import table_for
 
@@ -48,7 +50,7 @@ def _days(plan: BackfillPlan) -> list[dt.date]:
 
 def swap_blockers(instance: dg.DagsterInstance, plan: BackfillPlan) -> str | None:
     """Why the plan cannot be swapped yet, from its gates in the instance; None if it can."""
-    bad = blockers(gate_states(instance, plan.shadow, plan.partitions, plan.plan_id))
+    bad = blockers(gate_states(instance, plan.shadow, plan.partitions, plan.plan_id, plan.gates))
     if not bad:
         return None
     return (
@@ -76,7 +78,7 @@ def prepare_downstream(
     plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.APPROVED or plan.target != table.key:
         return None  # perform_swap answers (already swapped, or why not)
-    why = swap_blockers(instance, plan)
+    why = swap_blockers(instance, plan) or review_state(instance, table, plan)[0]
     if why:
         raise SwapRefused(why)
     build = build_in_shadow(plan, table, graph, wh, dbt, config, url, log)
@@ -109,7 +111,7 @@ def perform_swap(
         raise SwapRefused(f"plan {plan_id} is {status}; only an approved plan can be swapped")
     if plan.target != table.key:
         raise SwapRefused(f"plan {plan_id} targets {plan.target}, not {table.key}")
-    why = swap_blockers(instance, plan)
+    why = swap_blockers(instance, plan) or review_state(instance, table, plan)[0]
     if why:
         raise SwapRefused(why)
     companions = downstream.companions if downstream is not None and downstream.passed else []

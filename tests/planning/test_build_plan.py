@@ -220,7 +220,7 @@ def test_the_plan_dict_carries_every_key_of_the_contract() -> None:
         "start": "2026-04-11T03:00:00+00:00",
         "end": "2026-04-11T03:00:11+00:00",
     }
-    assert batch["gates"] == ["row_count_gate", "sample_gate", "invariants_gate"]
+    assert batch["gates"] == ["row_count_gate", "sample_gate", "invariants_gate", "diff_gate"]
     assert set(batch) >= {
         "index",
         "start",

@@ -141,7 +141,7 @@ def test_the_batches_table_has_one_row_per_batch_with_slot_and_gates() -> None:
     assert len(rows) == len(plan.batches) == 14
     assert rows[0] == (
         "| 1 | 2026-01-01..2026-01-04 | 4 | 40,000 | 10 s | 2026-04-11 03:00:00 +0000..03:00:11 "
-        "| row_count_gate, sample_gate, invariants_gate |"
+        "| row_count_gate, sample_gate, invariants_gate, diff_gate |"
     )
 
 

@@ -286,7 +286,7 @@ def test_a_plan_reads_as_markdown_on_the_backfill_plans_asset(
     for batch in plan.batches:
         expect(batches).to_contain_text(batch.start.isoformat())
         expect(batches).to_contain_text(batch.end.isoformat())
-    expect(batches).to_contain_text("row_count_gate, sample_gate, invariants_gate")
+    expect(batches).to_contain_text("row_count_gate, sample_gate, invariants_gate, diff_gate")
     metadata_row(page, "plan_markdown").get_by_text("[Show Markdown]").click()
     md = page.get_by_role("dialog")
     expect(md.get_by_role("heading", level=1)).to_contain_text(

@@ -18,6 +18,8 @@ GATE_DESCRIPTIONS = {
     "sample_gate": "A reproducible sample per partition equals the target on unchanged columns; "
     "changed columns satisfy their rules; whole-partition fingerprint of unchanged columns.",
     "invariants_gate": "Every shadow row satisfies the declared invariants.",
+    "diff_gate": "What the batch changes against the live rows (rows and columns changed, sums "
+    "before and after); fails only on the thresholds the criteria declare (criteria.diff).",
 }
 
 

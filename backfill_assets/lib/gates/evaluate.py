@@ -11,8 +11,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from backfill_assets.constants import INVARIANTS_CHECK, ROW_COUNT_CHECK, SAMPLE_CHECK
-from backfill_assets.lib.planning.criteria import Criteria
+from backfill_assets.constants import DIFF_CHECK, INVARIANTS_CHECK, ROW_COUNT_CHECK, SAMPLE_CHECK
+from backfill_assets.lib.planning.criteria import Criteria, DiffThresholds
+from backfill_assets.lib.review.diff import DataDiff, DayDiff
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateSource, SampleDiff
 
@@ -123,6 +124,57 @@ def invariants_outcome(day: dt.date, violations: dict[str, int]) -> GateOutcome:
     return GateOutcome(INVARIANTS_CHECK, day.isoformat(), not bad, desc, {"violations": violations})
 
 
+def diff_outcome(
+    day: dt.date,
+    d: DayDiff | None,
+    diff: DataDiff,
+    thresholds: DiffThresholds | None,
+    declared_changed: tuple[str, ...],
+) -> GateOutcome:
+    """The day's diff of the shadow against the live rows, as metadata a reviewer reads (and
+    Dagster plots); failed only by a breach of the declared thresholds."""
+    rows = d.rows if d else 0
+    changed = d.rows_changed if d else 0
+    pct = 100.0 * changed / rows if rows else 0.0
+    by_column = dict(d.changed) if d else {}
+    meta: dict[str, Any] = {
+        "rows_changed": changed,
+        "changed_pct": round(pct, 4),
+        "changed_by_column": by_column,
+    }
+    numeric = {c.name for c in diff.columns if c.numeric is not None}
+    for c in by_column:
+        if d is not None and c in numeric:
+            before, after = d.sums[c]
+            meta[f"{c}_sum_before"] = round(before, 6)
+            meta[f"{c}_sum_after"] = round(after, 6)
+            meta[f"{c}_delta"] = round(after - before, 6)
+    problems: list[str] = []
+    if thresholds is not None:
+        cap = thresholds.max_changed_pct
+        if cap is not None and pct > cap:
+            problems.append(f"{pct:.2f}% of the rows changed, more than {cap:g}%")
+        if thresholds.only_changed_columns:
+            undeclared = sorted(c for c in by_column if c not in declared_changed)
+            if undeclared:
+                problems.append(
+                    "columns not declared as changed changed: "
+                    + ", ".join(f"{c} ({by_column[c]} rows)" for c in undeclared)
+                )
+        for c, bound in thresholds.max_abs_delta.items():
+            if d is not None and c in d.sums:
+                delta = d.sums[c][1] - d.sums[c][0]
+                if abs(delta) > bound:
+                    problems.append(f"{c} sum moved by {delta:+,.2f}, more than {bound:,g}")
+    top = ", ".join(f"{c} {n}" for c, n in sorted(by_column.items(), key=lambda x: -x[1]))
+    desc = (
+        "; ".join(problems)
+        if problems
+        else (f"{changed} of {rows} rows change ({pct:.1f}%)" + (f": {top}" if top else ""))
+    )
+    return GateOutcome(DIFF_CHECK, day.isoformat(), not problems, desc, meta)
+
+
 def evaluate_gates(
     wh: GateSource,
     spec: TableSpec,
@@ -162,5 +214,14 @@ def evaluate_gates(
         )
         out.append(sample_outcome(day, facts.samples[day], facts.target_rows[day]))
         out.append(invariants_outcome(day, facts.invariants[day]))
+        day += dt.timedelta(days=1)
+    # The diff of the batch against the live rows, recorded per day.
+    thresholds = criteria.diff
+    diff = wh.diff(spec, start, end, tolerance=thresholds.float_tolerance if thresholds else 1e-9)
+    by_day = {d.day: d for d in diff.days}
+    declared = tuple(c.name for c in criteria.sample.changed_columns)
+    day = start
+    while day < end:
+        out.append(diff_outcome(day, by_day.get(day), diff, thresholds, declared))
         day += dt.timedelta(days=1)
     return out

@@ -14,6 +14,10 @@ Defaults come from the table's declaration; a YAML file may override any part of
     invariants:
       - name: net_amount_non_negative
         predicate: "net_amount >= 0"
+    diff:                       # optional thresholds, checked by the diff gate per partition
+      max_changed_pct: 20
+      only_changed_columns: true
+      max_abs_delta: {net_revenue_usd: 50000}
 
 The criteria are pydantic dataclasses: frozen, validated on construction, and (de)serialised by
 one `TypeAdapter` (see `to_dict` / `from_dict`), so a plan file and a YAML override go through
@@ -92,10 +96,44 @@ class Invariant:
 
 
 @dataclass(frozen=True, config=_CONFIG)
+class DiffThresholds:
+    """Bounds on what the fix may change, per partition, checked by the `diff_gate` on the diff
+    of the shadow against the live rows (lib/review/diff.py); a breach fails the batch like any
+    other gate. Without them the diff gate records the diff and passes."""
+
+    # At most this share of the partition's rows may change (0..100).
+    max_changed_pct: float | None = None
+    # No change in a column other than the sample's changed columns.
+    only_changed_columns: bool = False
+    # column -> the largest |sum after - sum before| of the partition.
+    max_abs_delta: dict[str, float] = Field(default_factory=dict)
+    # A float column's values differing by at most this are the same.
+    float_tolerance: float = 1e-9
+
+    def __post_init__(self) -> None:
+        if self.max_changed_pct is not None and not 0 <= self.max_changed_pct <= 100:
+            raise InvalidInput(f"diff.max_changed_pct {self.max_changed_pct} must be in 0..100")
+        for c, v in self.max_abs_delta.items():
+            validate_ident(c, "diff.max_abs_delta column")
+            if v < 0:
+                raise InvalidInput(f"diff.max_abs_delta.{c} {v} must be 0 or more")
+
+    @property
+    def declared(self) -> bool:
+        return (
+            self.max_changed_pct is not None
+            or self.only_changed_columns
+            or bool(self.max_abs_delta)
+        )
+
+
+@dataclass(frozen=True, config=_CONFIG)
 class Criteria:
     row_count: RowCountCriterion | None = None
     sample: SampleCriterion | None = None
     invariants: tuple[Invariant, ...] = ()
+    # Thresholds on the diff (absent from a plan's JSON when none are declared).
+    diff: DiffThresholds | None = None
 
     def validate(self, columns: tuple[str, ...]) -> Criteria:
         """Refuse criteria that lack a row-count or sample part, or name unknown columns."""
@@ -123,6 +161,11 @@ class Criteria:
         for inv in self.invariants:
             validate_ident(inv.name, "invariant name")
             validate_predicate(inv.predicate, columns)
+        for c in self.diff.max_abs_delta if self.diff else ():
+            if c not in known:
+                raise InvalidInput(
+                    f"diff.max_abs_delta names column {c!r}, not a column of {sorted(known)}"
+                )
         return self
 
     @property
@@ -134,8 +177,12 @@ class Criteria:
         return self.sample.unchanged_columns
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-native data (lists, not tuples)."""
-        return _ADAPTER.dump_python(self, mode="json")
+        """JSON-native data (lists, not tuples); `diff` only when declared, so plans without
+        thresholds read as they did."""
+        data = _ADAPTER.dump_python(self, mode="json")
+        if data.get("diff") is None:
+            data.pop("diff", None)
+        return data
 
     @staticmethod
     def from_dict(data: Any) -> Criteria:
@@ -150,7 +197,7 @@ def criteria_error(e: ValidationError, where: str = "criteria") -> InvalidInput:
     err = e.errors()[0]
     loc = ".".join(str(p) for p in err["loc"])
     if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        known = "row_count, sample, invariants" if len(err["loc"]) == 1 else "the keys"
+        known = "row_count, sample, invariants, diff" if len(err["loc"]) == 1 else "the keys"
         return InvalidInput(f"unknown {where} key {loc!r}; use {known} listed in docs/criteria.md")
     return InvalidInput(f"{where}.{loc}: {err['msg']}; see docs/criteria.md for the accepted keys")
 

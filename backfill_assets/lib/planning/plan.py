@@ -31,7 +31,7 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
-from backfill_assets.constants import GATE_NAMES, PLAN_SCHEMA_VERSION, SHADOW_SUFFIX
+from backfill_assets.constants import CORE_GATES, PLAN_SCHEMA_VERSION, SHADOW_SUFFIX
 from backfill_assets.errors import InvalidInput
 from backfill_assets.lib.planning.batches import Budget, week_spans
 from backfill_assets.lib.planning.criteria import Criteria
@@ -325,12 +325,19 @@ class BackfillPlan:
         """Half-open end of the range, for code that works on [start, end)."""
         return self.end + dt.timedelta(days=1)
 
+    @property
+    def gates(self) -> tuple[str, ...]:
+        """The gates of its batches, in order (a plan built before the diff gate lacks it)."""
+        return tuple(dict.fromkeys(g for b in self.batches for g in b.gates))
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as JSON-native data (lists, strings, numbers), keys in contract order.
         `why` only when there are reasons (a plan of what is stale)."""
         data = PLAN_ADAPTER.dump_python(self, mode="json")
         if not data["why"]:
             del data["why"]
+        if data["criteria"].get("diff") is None:
+            data["criteria"].pop("diff", None)  # no thresholds: the plan reads as before them
         return data
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -537,7 +544,7 @@ def verify_integrity(plan: BackfillPlan) -> None:
         if batch.partitions != plan.partitions[offset : offset + n]:
             raise bad(f"batch {i} partitions do not match its dates {ws}..{we}")
         offset += n
-        missing = [g for g in GATE_NAMES if g not in batch.gates]
+        missing = [g for g in CORE_GATES if g not in batch.gates]
         if missing:
             raise bad(f"batch {i} lacks gates {missing}")
         if batch.slot.end <= batch.slot.start:

@@ -72,6 +72,8 @@ class DayDiff:
     day: dt.date
     rows_changed: int  # rows in both with any column changed, plus rows on one side only
     sums: dict[str, tuple[float, float]]  # numeric column -> (before, after)
+    rows: int = 0  # rows of the day on either side (in both counted once)
+    changed: dict[str, int] = field(default_factory=dict)  # column -> rows changed, if any
 
 
 @dataclass(frozen=True)
@@ -284,7 +286,9 @@ def assemble(
             acc[2] += _f(sa)
             acc[3] += int(na or 0)
             day_sums[c] = (_f(sb), _f(sa))
-        days.append(DayDiff(row[0], int(row[4] or 0), day_sums))
+        day_changed = {c: int(row[5 + i] or 0) for i, c in enumerate(cols) if row[5 + i]}
+        day_rows = int(row[1] or 0) + int(row[2] or 0) + int(row[3] or 0)
+        days.append(DayDiff(row[0], int(row[4] or 0), day_sums, day_rows, day_changed))
     stats: dict[str, tuple[float | None, dict[str, float]]] = {}
     for j, c in enumerate(quantile_columns):
         mean = quantile_row[2 * j] if quantile_row else None

@@ -359,6 +359,10 @@ class GateSource(Protocol):
         full_compare: bool,
     ) -> GateInputs: ...
 
+    def diff(
+        self, spec: TableSpec, start: dt.date, end: dt.date, *, tolerance: float = ...
+    ) -> DataDiff: ...
+
 
 class Warehouse(Protocol):
     """What the rest of the package needs from a warehouse."""
