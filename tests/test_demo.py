@@ -71,6 +71,10 @@ def test_the_demo_killed_half_way_then_run_again_tells_the_whole_story_and_exits
     assert "(demo state was reset" in out
     assert "[swap] 90 partitions moved into orders_daily atomically" in out
     assert "-> 0;" in out  # no order left with a wrong FX rate
+    # The diff before the swap, and what the swap then did to the same sum.
+    said = re.search(r"the diff said ([-+][\d,.]+), the swap moved it by ([-+][\d,.]+)", out)
+    assert said and said[1] == said[2], out
+    assert re.search(r"\[diff\] [\d,]+ of [\d,]+ rows change over .*: fx_rate", out), out
     # What `plan --stale` finds: every day built by v1 before, all but the 90 swapped after.
     found = r"\[stale\] {}, .* finds orders_daily: (\d+) of (\d+) built partitions built by a"
     before = re.search(found.format("before the backfill"), out)
@@ -109,6 +113,8 @@ def test_the_demo_on_postgres_tells_the_same_story_on_a_throwaway_server(demo_en
     assert "warehouse postgresql://postgres@127.0.0.1:" in out
     assert "[swap] 90 partitions moved into orders_daily atomically" in out
     assert "-> 0;" in out
+    said = re.search(r"the diff said ([-+][\d,.]+), the swap moved it by ([-+][\d,.]+)", out)
+    assert said and said[1] == said[2], out
     assert "[halted]" in out and "[swap] REFUSED" in out
     assert "equal to the pre-swap checksum: True" in out
     assert (

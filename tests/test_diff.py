@@ -156,6 +156,7 @@ def test_a_table_that_requires_a_review_refuses_the_swap_until_a_current_review_
 ):
     from backfill_assets.constants import PLAN_ID_TAG, shadow_job
     from backfill_assets.errors import ExecutionRefused, SwapRefused
+    from backfill_assets.service.batch_driver import pause_plan
     from backfill_assets.service.review import record_review
     from backfill_assets.service.runs import run_job
     from backfill_assets.service.status import plan_status, render_status
@@ -191,4 +192,5 @@ def test_a_table_that_requires_a_review_refuses_the_swap_until_a_current_review_
     assert wh.checksums(SPEC, START, END + dt.timedelta(days=1)) == before  # nothing swapped
 
     record_review(instance, tables, wh, plan.plan_id, "bob")
+    pause_plan(instance, plan.plan_id, "carol")  # a later record of the plan keeps the review
     assert perform_swap(instance, strict, wh, plan.plan_id).action == "swapped"

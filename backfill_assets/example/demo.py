@@ -63,6 +63,16 @@ def _wrong_fx_rows(wh: Any, start: dt.date, end_inclusive: dt.date) -> int:
     )[0][0]
 
 
+def _target_revenue(wh: Any, start: dt.date, end_inclusive: dt.date) -> float:
+    """orders_daily's net revenue over the range, read apart from the diff."""
+    rows = wh.query(
+        "SELECT coalesce(sum(net_revenue_usd), 0) FROM orders_daily "
+        "WHERE order_date >= $s AND order_date <= $e",
+        {"s": start, "e": end_inclusive},
+    )
+    return float(rows[0][0])
+
+
 def _revenue(wh: Any, start: dt.date, end_inclusive: dt.date) -> float:
     return float(
         wh.query(
@@ -211,11 +221,13 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
     from backfill_assets.example.seed import build_history, land_days
     from backfill_assets.lib.planning.build import PlanRequest
     from backfill_assets.lib.planning.markdown import render_markdown
+    from backfill_assets.lib.review.render import headline
     from backfill_assets.service.approval import approve_plan
     from backfill_assets.service.executor import execute_plan
     from backfill_assets.service.planner import plan_backfill
     from backfill_assets.service.plans import published_keys
     from backfill_assets.service.refresh import refresh_downstream
+    from backfill_assets.service.review import plan_diff
     from backfill_assets.service.stale import find_stale
     from backfill_assets.service.status import plan_status, render_status
     from backfill_assets.service.swap import release_backup
@@ -321,10 +333,16 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         t = time.perf_counter()
         run(plan)
         say(f"[run] every batch passed its gates ({time.perf_counter() - t:.1f}s)")
+        # What the reviewer approves: the shadow against the live rows, before the swap.
+        reviewed = plan_diff(instance, tables, wh, plan.plan_id)
+        revenue = reviewed.diff.column("net_revenue_usd").numeric
+        say(f"[diff] {headline(reviewed.diff)} (backfill-assets diff {plan.plan_id})")
+        target_before = _target_revenue(wh, plan.start, plan.end)
         result = _swap(defs, instance, wh, table, plan, "swap")
         if not result.success:
             say("[swap] FAILED — see the log")
             return 1
+        moved = _target_revenue(wh, plan.start, plan.end) - target_before
         say(f"[shadow] {_downstream_gate(result)}")
         published = published_keys(instance, plan.plan_id)
         marts = [i.asset_key for i in plan.impact if i.at_swap == "published"]
@@ -332,6 +350,12 @@ def _story(wh: Any, where: str, out_dir: Path, days: int, rows_per_day: int, sce
         say(
             f"[swap] {len(plan.partitions)} partitions moved into orders_daily atomically "
             f"(old weeks kept as backup), in the same transaction as the marts {', '.join(marts)}"
+        )
+        say(
+            f"[diff] orders_daily net_revenue_usd: the diff said {revenue.total_delta:+,.2f}, "
+            f"the swap moved it by {moved:+,.2f}"
+            if revenue is not None
+            else "[diff] net_revenue_usd unchanged"
         )
         with _runs_output_to_log():
             refreshed = refresh_downstream(

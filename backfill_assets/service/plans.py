@@ -37,6 +37,12 @@ CODE_VERSIONS = "code_versions"
 PUBLISHED = "published"  # asset keys of the dbt models the swap published with the target
 # per published partitioned model, the partition keys its shadow build rebuilt
 PUBLISHED_PARTITIONS = "published_partitions"
+# Who reviewed the plan's diff, when, the newest shadow write the review saw (an event storage
+# id: a later write voids the review), and the diff's summary as reviewed (service.review).
+REVIEWED_BY = "reviewed_by"
+REVIEWED_AT = "reviewed_at"
+REVIEWED_WRITE = "reviewed_shadow_write"
+DIFF_SUMMARY = "diff_summary"
 CARRIED = (
     APPROVED_BY,
     DRIVING,
@@ -46,6 +52,10 @@ CARRIED = (
     CODE_VERSIONS,
     PUBLISHED,
     PUBLISHED_PARTITIONS,
+    REVIEWED_BY,
+    REVIEWED_AT,
+    REVIEWED_WRITE,
+    DIFF_SUMMARY,
 )
 
 

@@ -16,6 +16,15 @@ from backfill_assets.lib.states import GateState, PlanStatus
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
+from backfill_assets.service.plans import (
+    APPROVED_BY,
+    DIFF_SUMMARY,
+    REVIEWED_AT,
+    REVIEWED_BY,
+    REVIEWED_WRITE,
+    latest_plan_record,
+    record_status,
+)
 from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.tables import table_for
 
@@ -70,12 +79,6 @@ def plan_diff(
 
 # -- review as a step before the swap (BackfillableTable.swap_requires_review) --------------------
 
-REVIEWED_BY = "reviewed_by"
-REVIEWED_AT = "reviewed_at"
-# The newest shadow write of the plan's partitions the review saw (an event storage id): a write
-# after it voids the review.
-REVIEWED_WRITE = "reviewed_shadow_write"
-
 
 def shadow_high_water(instance: dg.DagsterInstance, plan: BackfillPlan) -> int:
     """The storage id of the newest materialization of the plan's shadow partitions (0: none)."""
@@ -97,7 +100,6 @@ def record_review(
     diff reviewed. Refused (nothing recorded) before every batch is written, and, under the
     table's two-person rule, for the plan's approver."""
     from backfill_assets.lib.review.render import headline, render_markdown
-    from backfill_assets.service.plans import APPROVED_BY, latest_plan_record, record_status
 
     if not by.strip():
         raise InvalidInput("review needs the reviewer's name: --by NAME")
@@ -126,7 +128,7 @@ def record_review(
             REVIEWED_BY: by,
             REVIEWED_AT: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             REVIEWED_WRITE: shadow_high_water(instance, plan),
-            "diff_summary": headline(got.diff),
+            DIFF_SUMMARY: headline(got.diff),
             "diff_markdown": dg.MetadataValue.md(render_markdown(got.diff)),
         },
     )
@@ -137,8 +139,6 @@ def review_state(
     instance: dg.DagsterInstance, table: BackfillableTable, plan: BackfillPlan
 ) -> tuple[str | None, str]:
     """(why the swap must wait for a review, or None; one line for `status`)."""
-    from backfill_assets.service.plans import latest_plan_record
-
     record = latest_plan_record(instance, plan.plan_id) or {}
     by, at = record.get(REVIEWED_BY), record.get(REVIEWED_AT)
     current = by is not None and record.get(REVIEWED_WRITE) == shadow_high_water(instance, plan)

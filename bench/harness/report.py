@@ -281,7 +281,9 @@ def _gates(r: dict[str, Any]) -> list[str]:
         *_banner(r),
         f"Cost over {c['batches_timed']} batches of {c['rows_per_batch']:,} rows: shadow "
         f"write {_f(c['write_s_per_batch'])} s, gates {_f(c['gates_s_per_batch'])} s per "
-        f"batch (median share {c['share_median']:.1%}, worst {c['share_max']:.1%}).",
+        f"batch (median share without the diff {c['share_median']:.1%}, worst "
+        f"{c['share_max']:.1%}; the diff alone {c.get('diff_share_median', 0):.1%}, gates and "
+        f"diff {c.get('with_diff_share_median', 0):.1%}).",
         "Gate time by warehouse call (median s per batch): "
         + ", ".join(f"{k} {_f(v, 3)}" for k, v in c["gates_s_by_query"].items()),
         "",

@@ -38,7 +38,7 @@ from backfill_assets.testing.throwaway_postgres import (
 from bench.harness.config import BenchContext
 from bench.harness.data import Templates
 from bench.harness.load import note, print_noisy, round_load
-from bench.harness.measure import BenchError, run_contender
+from bench.harness.measure import BenchError, goal, run_contender
 from bench.harness.pg_data import (
     PLAIN_TABLE,
     PgServer,
@@ -105,6 +105,19 @@ def run(ctx: BenchContext, _templates: Templates | None = None) -> dict[str, Any
             readers = pg_readers.run(ctx, pg)
         finally:
             ctx.load.forget(pid)
+    phases = backfill.get("contenders", {}).get("backfill_assets_pg", {}).get("phases_s")
+    if phases and phases.get("shadow_write_s"):
+        # The diff (the diff gate's read) and the gates with it, against the shadow write, over
+        # every batch of d_pg's rounds.
+        write = phases["shadow_write_s"]
+        noisy = bool(backfill.get("load", {}).get("verdict"))
+        backfill["goals"] += [
+            goal("pg diff time / shadow write time", 100 * phases["diff_s"] / write, 25.0,
+                 unit="%", no_verdict=noisy),
+            goal("pg gates and diff time / shadow write time",
+                 100 * (phases["gates_s"] + phases["diff_s"]) / write, 35.0, unit="%",
+                 no_verdict=noisy),
+        ]  # fmt: skip
     return {
         "server": settings,
         "backfill": backfill,

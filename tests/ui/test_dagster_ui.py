@@ -25,6 +25,8 @@ from backfill_assets.constants import (
     PLAN_ID_TAG,
     PLAN_JOB,
     PLAN_OP,
+    REVIEW_JOB,
+    REVIEW_OP,
     ROLE_DAILY,
     ROLE_TAG,
     START_JOB,
@@ -582,6 +584,41 @@ def test_a_batch_launched_from_the_launchpad_waits_queued_while_a_daily_run_is_i
     assert daily.start_time and daily.end_time and queued.start_time
     assert daily.start_time < queued.create_timestamp.timestamp()
     assert queued.start_time >= daily.end_time
+
+
+# -- 6b. the review: what the fix changes --------------------------------------------------------
+
+
+def test_the_diff_shows_per_batch_on_the_shadow_and_a_review_records_its_summary_on_the_plan(
+    story: Story, page: Page, shot: Shot
+):
+    plan = story.plan
+    # Every batch recorded its diff gate per partition, with what it changes as metadata.
+    page.goto(story.url("/assets/orders_daily__shadow?view=checks&checkDetail=diff_gate"))
+    page.get_by_role("tab", name="Execution history").click()
+    day = plan.batches[1].partitions[0]
+    row = page.locator("tr", has=page.get_by_text(day, exact=True)).first
+    expect(row).to_contain_text("rows change")
+    expect(row).to_contain_text("fx_rate")
+    shot(page, "ui-diff-gate")
+    row.get_by_role("button").click()  # the row's metadata
+    metadata = page.get_by_role("dialog")
+    expect(metadata.locator("tr", has_text="net_revenue_usd_sum_after")).to_be_visible()
+    expect(metadata.locator("tr", has_text="changed_pct")).to_be_visible()
+    shot(page, "ui-diff-gate-metadata")
+    page.keyboard.press("Escape")
+
+    # The review, from the Launchpad; the plan's partition then shows who and what.
+    config = f"ops: {{{REVIEW_OP}: {{config: {{plan_id: {plan.plan_id}, reviewed_by: ana}}}}}}"
+    open_launchpad(page, story, REVIEW_JOB, config)
+    run_id = click_launch(page)
+    run_status(page, "Success")
+    assert status_of(story, run_id) == dg.DagsterRunStatus.SUCCESS
+    page.goto(story.url(f"/assets/backfill_plans?view=partitions&partition={plan.plan_id}"))
+    expect(metadata_row(page, "reviewed_by")).to_contain_text("ana")
+    expect(metadata_row(page, "diff_summary")).to_contain_text("rows change over")
+    expect(metadata_row(page, "diff_summary")).to_contain_text("fx_rate")
+    shot(page, "ui-plan-diff")
 
 
 # -- 7. the swap ---------------------------------------------------------------------------------
