@@ -290,27 +290,21 @@ def summarise_detection(trials: dict[str, list[dict[str, Any]]]) -> dict[str, An
 def run(ctx: BenchContext, templates: Templates) -> dict[str, Any]:
     cost = measure_cost(ctx, templates)
     detection = measure_detection(ctx, templates)
+    noisy = bool(cost["load"]["verdict"])
     goals = [
-        goal(
-            "gate time (without the diff) / shadow write time per batch",
-            cost["share_median"] * 100,
-            20.0,
-            unit="%",
-            no_verdict=bool(cost["load"]["verdict"]),
-        ),
-        goal(
-            "diff time / shadow write time per batch",
-            cost["diff_share_median"] * 100,
-            25.0,
-            unit="%",
-            no_verdict=bool(cost["load"]["verdict"]),
-        ),
-        goal(
-            "gates and diff time / shadow write time per batch",
-            cost["with_diff_share_median"] * 100,
-            35.0,
-            unit="%",
-            no_verdict=bool(cost["load"]["verdict"]),
+        *(
+            goal(
+                f"{what} / shadow write time per batch",
+                cost[key] * 100,
+                limit,
+                unit="%",
+                no_verdict=noisy,
+            )
+            for what, key, limit in (
+                ("gate time (without the diff)", "share_median", 20.0),
+                ("diff time", "diff_share_median", 25.0),
+                ("gates and diff time", "with_diff_share_median", 35.0),
+            )
         ),
         *detection.pop("goals"),
     ]
