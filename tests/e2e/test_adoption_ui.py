@@ -2,7 +2,7 @@
 
 `dagster dev` serves the fixture project's code location (tests/fixture_project, `shop`), with
 the shipped dagster.yaml, a fresh DAGSTER_HOME and its own DuckDB file. Every step is launched
-the way the Launchpad launches it (the `launchRun` mutation): plan, approve and start; the
+the way the Launchpad launches it (the `launchRun` mutation): adopt, plan, approve and start; the
 daemon's batch driver runs the batches; then swap and rollback. The target changes exactly on
 the planned days, and the rollback restores its checksums.
 """
@@ -21,6 +21,8 @@ import dagster as dg
 import pytest
 
 from backfill_assets.constants import (
+    ADOPT_JOB,
+    ADOPT_OP,
     APPROVE_JOB,
     APPROVE_OP,
     BATCH_TAG,
@@ -140,6 +142,11 @@ def test_a_second_project_runs_plan_approve_start_swap_rollback_from_the_launchp
     before = _quiet_checksums(d, table)
     now = dt.datetime.now(UTC)
     window = f"{now - dt.timedelta(minutes=15):%H:%M}-{now + dt.timedelta(hours=1):%H:%M}"
+
+    # Adopt the table its old pipeline wrote, from the Launchpad: until then the framework
+    # refuses to write it.
+    succeeded(d, launch(d, ADOPT_JOB, _config(ADOPT_OP, target=table, code_version="1")))
+    assert _quiet_checksums(d, table) == before
 
     # Plan, from the Launchpad: the plan is recorded as proposed.
     succeeded(d, launch(d, PLAN_JOB, _config(
