@@ -618,6 +618,7 @@ def test_the_diff_shows_per_batch_on_the_shadow_and_a_review_records_its_summary
     expect(metadata_row(page, "reviewed_by")).to_contain_text("ana")
     expect(metadata_row(page, "diff_summary")).to_contain_text("rows change over")
     expect(metadata_row(page, "diff_summary")).to_contain_text("fx_rate")
+    metadata_row(page, "diff_summary").scroll_into_view_if_needed()
     shot(page, "ui-plan-diff")
 
 
