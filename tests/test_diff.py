@@ -53,6 +53,20 @@ def test_the_diff_before_the_swap_is_what_the_swap_changes(
     diff = wh.diff(SPEC, START, END + dt.timedelta(days=1))
     assert diff.schema.empty
     assert (diff.rows_in_both, diff.only_in_shadow, diff.only_in_live) == (len(before), 0, 0)
+    # The gate's diff (counts and sums alone, the unchanged columns known equal) agrees.
+    light = wh.diff(SPEC, START, END + dt.timedelta(days=1), known_same=UNCHANGED, detail=False)
+    assert [(d.day, d.rows, d.rows_changed, d.changed) for d in light.days] == [
+        (d.day, d.rows, d.rows_changed, d.changed) for d in diff.days
+    ]
+    assert [d.sums for d in light.days] == [
+        {c: d.sums[c] for c in ("fx_rate", "net_revenue_usd")} for d in diff.days
+    ]
+    assert [(c.name, c.changed_rows) for c in light.columns] == [
+        (c.name, c.changed_rows) for c in diff.columns
+    ]
+    assert light.column("net_revenue_usd").numeric.total_delta == pytest.approx(  # type: ignore[union-attr]
+        diff.column("net_revenue_usd").numeric.total_delta  # type: ignore[union-attr]
+    )
 
     assert main(["diff", plan.plan_id, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -205,6 +205,9 @@ class DiffOut(_Out):
     side_by_side: list[dict[str, Any]] = Field(
         description="a few changed rows: key, day, side, and {old, new} per changed column"
     )
+    known_same: list[str] = Field(
+        description="columns not compared row by row, equal by the gates' fingerprints"
+    )
 
     @classmethod
     def of(cls, got: Any) -> DiffOut:
@@ -243,6 +246,7 @@ class DiffOut(_Out):
             ],
             days=[DayOut(**x) for x in d["days"]],
             side_by_side=d["side_by_side"],
+            known_same=d["known_same"],
         )
 
 

@@ -10,9 +10,13 @@ over the range) and the quantiles of the per-row delta over the rows that change
 column, the most frequent old -> new pairs. Per day: the rows changed and each numeric column's
 sum before and after. A few changed rows side by side, the first by day and key (reproducible).
 
-Four queries read the two sides: the per-day aggregate (the counts, the sums), the quantiles, the
-pairs of the changed non-numeric columns, and the side-by-side rows. The query building here is
-pure; `lib/warehouse/shared/diffing.py` runs it on an adapter's connection.
+One pass over the two sides, joined on the key, aggregates per day and over all days (`GROUPING
+SETS`): the counts, the sums, the quantiles. Then, only when there is something to show, the
+pairs of each changed non-numeric column, and the side-by-side rows of the first day with a
+change. Only the key, the partition column and the compared columns are read: within a gate,
+the columns the gates' fingerprints already showed equal on every row are not compared again
+(`known_same`). The query building here is pure; `lib/warehouse/shared/diffing.py` runs it on an
+adapter's connection.
 """
 
 from __future__ import annotations
@@ -102,6 +106,8 @@ class DataDiff:
     columns: list[ColumnDiff]
     days: list[DayDiff]
     side_by_side: list[dict[str, Any]]
+    # Columns not compared row by row: equal on every row by the gates' fingerprints.
+    known_same: list[str] = field(default_factory=list)
 
     @property
     def changed_columns(self) -> list[ColumnDiff]:
@@ -137,7 +143,8 @@ def _plain(v: Any) -> Any:
 @dataclass(frozen=True)
 class DiffQueries:
     """The SQL of one diff (relations and dates inlined: the dates are `date`s, the relations
-    quoted by the adapter)."""
+    quoted by the adapter). `known_same`: columns known equal on every row (the gates' equal
+    fingerprints of the key and those columns): neither read nor compared."""
 
     spec: TableSpec
     shadow: str
@@ -146,19 +153,30 @@ class DiffQueries:
     end: dt.date
     dialect: str
     tolerance: float = DEFAULT_TOLERANCE
+    known_same: tuple[str, ...] = ()
+    # False (a batch's diff gate): the counts and sums per day alone, no quantiles.
+    detail: bool = True
+
+    @property
+    def per_numeric(self) -> int:
+        """The aggregate's columns per numeric column."""
+        return 6 if self.detail else 4
 
     @property
     def _pk(self) -> list[str]:
         return [quote_ident(c) for c in self.spec.primary_key]
 
     @property
+    def compared(self) -> list[str]:
+        """The columns compared row by row: every column but the key and `known_same`."""
+        skip = {*self.spec.primary_key, *self.known_same}
+        return [c for c in self.spec.column_names if c not in skip]
+
+    @property
     def numeric(self) -> list[str]:
-        """The numeric columns a reviewer sums: not the key's (identifiers, not amounts)."""
-        return [
-            c.name
-            for c in self.spec.columns
-            if is_numeric(c.sql_type) and c.name not in self.spec.primary_key
-        ]
+        """The compared numeric columns a reviewer sums (not the key's: identifiers)."""
+        types = {c.name: c.sql_type for c in self.spec.columns}
+        return [c for c in self.compared if is_numeric(types[c])]
 
     def changed(self, column: str) -> str:
         """True when the row is in both and `column` changed."""
@@ -173,50 +191,64 @@ class DiffQueries:
             differs = f"s.{c} IS DISTINCT FROM l.{c}"
         return f"({both} AND {differs})"
 
-    def _joined(self) -> str:
+    def _joined(self, start: dt.date | None = None, end: dt.date | None = None) -> str:
+        """Both sides over [start, end) (default: the diff's days), reading only the key, the
+        partition column and the compared columns, joined on the key."""
         pc = quote_ident(self.spec.partition_column)
-        rng = f"{pc} >= DATE '{self.start}' AND {pc} < DATE '{self.end}'"
+        s0, e0 = start or self.start, end or self.end
+        rng = f"{pc} >= DATE '{s0}' AND {pc} < DATE '{e0}'"
+        cols = dict.fromkeys((*self.spec.primary_key, self.spec.partition_column, *self.compared))
+        read = ", ".join(quote_ident(c) for c in cols)
         on = " AND ".join(f"s.{k} = l.{k}" for k in self._pk)
         return (
-            f"(SELECT * FROM {self.shadow} WHERE {rng}) s FULL OUTER JOIN "
-            f"(SELECT * FROM {self.live} WHERE {rng}) l ON {on}"
+            f"(SELECT {read} FROM {self.shadow} WHERE {rng}) s FULL OUTER JOIN "
+            f"(SELECT {read} FROM {self.live} WHERE {rng}) l ON {on}"
         )
 
-    def per_day(self) -> str:
-        """day, in both, shadow only, live only, any changed, then per column its changed rows,
-        then per numeric column: sum and count before, sum and count after."""
+    def aggregate(self) -> str:
+        """One pass over the joined rows, grouped by day and over all days (`GROUPING SETS`):
+        grouping flag, day, in both, shadow only, live only, any changed, then per compared
+        column its changed rows, then per numeric column: sum and count before, sum and count
+        after, the mean and the quantiles of its delta over the rows that changed. Without
+        `detail`, per day only and without the mean and quantiles (the totals add up)."""
         pc = quote_ident(self.spec.partition_column)
         k = self._pk[0]
-        cols = self.spec.column_names
-        anychanged = " OR ".join(self.changed(c) for c in cols)
+        cols = self.compared
+        flags = "".join(f", {self.changed(c)} AS f{i}" for i, c in enumerate(cols))
+        values = "".join(
+            f", l.{quote_ident(c)} AS b{j}, s.{quote_ident(c)} AS a{j}"
+            for j, c in enumerate(self.numeric)
+        )
+        inner = (
+            f"SELECT coalesce(s.{pc}, l.{pc}) AS day, s.{k} IS NULL AS ol, l.{k} IS NULL AS os"
+            f"{flags}{values} FROM {self._joined()}"
+        )
+        anychanged = " OR ".join(["ol", "os", *(f"f{i}" for i in range(len(cols)))])
         parts = [
-            f"coalesce(s.{pc}, l.{pc}) AS day",
-            f"sum(CASE WHEN s.{k} IS NOT NULL AND l.{k} IS NOT NULL THEN 1 ELSE 0 END)",
-            f"sum(CASE WHEN l.{k} IS NULL THEN 1 ELSE 0 END)",
-            f"sum(CASE WHEN s.{k} IS NULL THEN 1 ELSE 0 END)",
-            f"sum(CASE WHEN ({anychanged}) OR s.{k} IS NULL OR l.{k} IS NULL THEN 1 ELSE 0 END)",
-            *(f"sum(CASE WHEN {self.changed(c)} THEN 1 ELSE 0 END)" for c in cols),
+            "grouping(day)" if self.detail else "0",
+            "day",
+            "sum(CASE WHEN NOT ol AND NOT os THEN 1 ELSE 0 END)",
+            "sum(CASE WHEN os THEN 1 ELSE 0 END)",
+            "sum(CASE WHEN ol THEN 1 ELSE 0 END)",
+            f"sum(CASE WHEN {anychanged} THEN 1 ELSE 0 END)",
+            *(f"sum(CASE WHEN f{i} THEN 1 ELSE 0 END)" for i in range(len(cols))),
         ]
-        for c in self.numeric:
-            q = quote_ident(c)
-            parts += [f"sum(l.{q})", f"count(l.{q})", f"sum(s.{q})", f"count(s.{q})"]
-        return f"SELECT {', '.join(parts)} FROM {self._joined()} GROUP BY 1 ORDER BY 1"
-
-    def quantiles(self, columns: Sequence[str]) -> str:
-        """Per numeric column: the mean, then the quantiles, of its delta over the rows that
-        changed."""
-        parts: list[str] = []
-        for c in columns:
-            q = quote_ident(c)
-            delta = f"CAST(s.{q} AS DOUBLE PRECISION) - CAST(l.{q} AS DOUBLE PRECISION)"
-            only = f"CASE WHEN {self.changed(c)} THEN {delta} END"
-            parts.append(f"avg({only})")
-            qs = ", ".join(repr(x) for x in QUANTILES)
+        qs = ", ".join(repr(x) for x in QUANTILES)
+        for j, c in enumerate(self.numeric):
+            delta = (
+                f"CASE WHEN f{cols.index(c)} THEN CAST(a{j} AS DOUBLE PRECISION) - "
+                f"CAST(b{j} AS DOUBLE PRECISION) END"
+            )
+            parts += [f"sum(b{j})", f"count(b{j})", f"sum(a{j})", f"count(a{j})"]
+            if not self.detail:
+                continue
+            parts.append(f"avg({delta})")
             if self.dialect == "postgres":
-                parts.append(f"percentile_cont(ARRAY[{qs}]) WITHIN GROUP (ORDER BY {only})")
+                parts.append(f"percentile_cont(ARRAY[{qs}]) WITHIN GROUP (ORDER BY {delta})")
             else:
-                parts.append(f"quantile_cont({only}, [{qs}])")
-        return f"SELECT {', '.join(parts)} FROM {self._joined()}"
+                parts.append(f"quantile_cont({delta}, [{qs}])")
+        groups = "GROUPING SETS ((day), ())" if self.detail else "day"
+        return f"SELECT {', '.join(parts)} FROM ({inner}) j GROUP BY {groups} ORDER BY 1, 2"
 
     def pairs(self, column: str) -> str:
         q = quote_ident(column)
@@ -226,25 +258,24 @@ class DiffQueries:
             f"ORDER BY 3 DESC, 1, 2 LIMIT {TOP_PAIRS}"
         )
 
-    def side_by_side(self, columns: Sequence[str]) -> str:
-        """The first changed rows by day and key: key, day, side, then old and new values of
-        `columns`."""
+    def side_by_side(self, day: dt.date, columns: Sequence[str]) -> str:
+        """The first changed rows of `day` (the first day with a change) by key: key, day,
+        side, then old and new values of `columns`."""
         pc = quote_ident(self.spec.partition_column)
         k = self._pk[0]
         keys = [f"coalesce(s.{x}, l.{x})" for x in self._pk]
         olds_news = [f"l.{quote_ident(c)}, s.{quote_ident(c)}" for c in columns]
-        anychanged = " OR ".join(self.changed(c) for c in self.spec.column_names)
+        anychanged = " OR ".join(self.changed(c) for c in self.compared) or "false"
         side = (
             f"CASE WHEN l.{k} IS NULL THEN 'shadow only' WHEN s.{k} IS NULL THEN 'live only' "
             "ELSE 'both' END"
         )
+        joined = self._joined(day, day + dt.timedelta(days=1))
         return (
             f"SELECT {', '.join(keys)}, coalesce(s.{pc}, l.{pc}), {side}"
             + "".join(f", {x}" for x in olds_news)
-            + f" FROM {self._joined()} WHERE ({anychanged}) OR s.{k} IS NULL OR l.{k} IS NULL "
-            f"ORDER BY {len(keys) + 1}, "
-            + ", ".join(str(i + 1) for i in range(len(keys)))
-            + f" LIMIT {SIDE_BY_SIDE}"
+            + f" FROM {joined} WHERE ({anychanged}) OR s.{k} IS NULL OR l.{k} IS NULL "
+            "ORDER BY " + ", ".join(str(i + 1) for i in range(len(keys))) + f" LIMIT {SIDE_BY_SIDE}"
         )
 
 
@@ -252,75 +283,70 @@ def _f(v: Any) -> float:
     return float(v) if v is not None else 0.0
 
 
+def _add(values: Sequence[Any]) -> Any:
+    present = [v for v in values if v is not None]
+    return sum(present) if present else None
+
+
 def assemble(
     q: DiffQueries,
     schema: SchemaDiff,
-    per_day: Sequence[Sequence[Any]],
-    quantile_row: Sequence[Any] | None,
-    quantile_columns: Sequence[str],
+    rows: Sequence[Sequence[Any]],
     pairs: Mapping[str, Sequence[Sequence[Any]]],
     side_rows: Sequence[Sequence[Any]],
     side_columns: Sequence[str],
 ) -> DataDiff:
-    """The rows of `q`'s queries as a `DataDiff`."""
+    """The rows of `q`'s queries as a `DataDiff` (`rows`: `aggregate`'s)."""
     spec = q.spec
-    cols = spec.column_names
+    cols = q.compared
     numeric = q.numeric
     n = len(cols)
-    both = only_s = only_l = 0
-    changed = dict.fromkeys(cols, 0)
-    sums = {c: [0.0, 0, 0.0, 0] for c in numeric}  # sum before, count before, after, count
+    per = q.per_numeric
+    per_day = [r for r in rows if not r[0]]
+    total = next((r for r in rows if r[0]), None)
+    if total is None and per_day:  # without detail: the totals are the days' added up
+        total = [1, None, *(_add([r[i] for r in per_day]) for i in range(2, len(per_day[0])))]
     days: list[DayDiff] = []
     for row in per_day:
-        both += int(row[1] or 0)
-        only_s += int(row[2] or 0)
-        only_l += int(row[3] or 0)
-        for i, c in enumerate(cols):
-            changed[c] += int(row[5 + i] or 0)
         day_sums: dict[str, tuple[float, float]] = {}
         for j, c in enumerate(numeric):
-            sb, nb, sa, na = row[5 + n + 4 * j : 9 + n + 4 * j]
-            acc = sums[c]
-            acc[0] += _f(sb)
-            acc[1] += int(nb or 0)
-            acc[2] += _f(sa)
-            acc[3] += int(na or 0)
+            sb, _, sa, _ = row[6 + n + per * j : 10 + n + per * j]
             day_sums[c] = (_f(sb), _f(sa))
-        day_changed = {c: int(row[5 + i] or 0) for i, c in enumerate(cols) if row[5 + i]}
-        day_rows = int(row[1] or 0) + int(row[2] or 0) + int(row[3] or 0)
-        days.append(DayDiff(row[0], int(row[4] or 0), day_sums, day_rows, day_changed))
-    stats: dict[str, tuple[float | None, dict[str, float]]] = {}
-    for j, c in enumerate(quantile_columns):
-        mean = quantile_row[2 * j] if quantile_row else None
-        qs = quantile_row[2 * j + 1] if quantile_row else None
-        stats[c] = (
-            float(mean) if mean is not None else None,
-            {f"p{round(p * 100):02d}": float(v) for p, v in zip(QUANTILES, qs or (), strict=False)
-             if v is not None},
-        )  # fmt: skip
+        day_changed = {c: int(row[6 + i] or 0) for i, c in enumerate(cols) if row[6 + i]}
+        day_rows = int(row[2] or 0) + int(row[3] or 0) + int(row[4] or 0)
+        days.append(DayDiff(row[1], int(row[5] or 0), day_sums, day_rows, day_changed))
+    both = int(total[2] or 0) if total else 0
+    changed = {c: int(total[6 + i] or 0) if total else 0 for i, c in enumerate(cols)}
     columns: list[ColumnDiff] = []
     for c in spec.columns:
         num = None
-        if c.name in sums:
-            sb, nb, sa, na = sums[c.name]
-            mean_delta, quants = stats.get(c.name, (None, {}))
+        if c.name in numeric and total is not None:
+            j = numeric.index(c.name)
+            sb, nb, sa, na = total[6 + n + per * j : 10 + n + per * j]
+            mean, qs = total[10 + n + per * j : 12 + n + per * j] if q.detail else (None, None)
+            sb, sa = _f(sb), _f(sa)
             num = NumericChange(
                 sum_before=sb,
                 sum_after=sa,
-                mean_before=sb / nb if nb else None,
-                mean_after=sa / na if na else None,
+                mean_before=sb / int(nb) if nb else None,
+                mean_after=sa / int(na) if na else None,
                 total_delta=sa - sb,
-                mean_delta=mean_delta,
-                delta_quantiles=quants,
+                mean_delta=float(mean) if mean is not None else None,
+                delta_quantiles={
+                    f"p{round(p * 100):02d}": float(v)
+                    for p, v in zip(QUANTILES, qs or (), strict=False)
+                    if v is not None
+                },
             )
+        k = changed.get(c.name, 0)
         columns.append(
             ColumnDiff(
                 c.name,
                 c.sql_type,
-                changed[c.name],
-                changed[c.name] / both if both else 0.0,
+                k,
+                k / both if both else 0.0,
                 num,
-                [(_plain(o), _plain(v), int(k)) for o, v, k in pairs.get(c.name, ())],
+                [(_plain(o), _plain(v), int(x)) for o, v, x in pairs.get(c.name, ())],
             )
         )
     nk = len(spec.primary_key)
@@ -335,7 +361,18 @@ def assemble(
                 item[c] = {"old": _plain(old), "new": _plain(new)}
         side.append(item)
     return DataDiff(
-        spec.name, q.start, q.end, q.tolerance, schema, both, only_s, only_l, columns, days, side
+        spec.name,
+        q.start,
+        q.end,
+        q.tolerance,
+        schema,
+        both,
+        int(total[3] or 0) if total else 0,
+        int(total[4] or 0) if total else 0,
+        columns,
+        days,
+        side,
+        list(q.known_same),
     )
 
 

@@ -78,6 +78,11 @@ def render_text(diff: DataDiff, *, title: str = "") -> str:
         lines += _column_lines(c)
     if same:
         lines.append(f"unchanged on every row: {', '.join(same)}")
+    if diff.known_same:
+        lines.append(
+            f"(not compared row by row, equal by the gates' fingerprints: "
+            f"{', '.join(diff.known_same)})"
+        )
     numeric = [c.name for c in changed if c.numeric]
     if diff.days:
         lines += ["", "per day: rows changed" + "".join(f"; {c} before -> after" for c in numeric)]

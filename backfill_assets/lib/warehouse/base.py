@@ -360,7 +360,14 @@ class GateSource(Protocol):
     ) -> GateInputs: ...
 
     def diff(
-        self, spec: TableSpec, start: dt.date, end: dt.date, *, tolerance: float = ...
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        tolerance: float = ...,
+        known_same: Sequence[str] = ...,
+        detail: bool = ...,
     ) -> DataDiff: ...
 
 
@@ -405,7 +412,14 @@ class Warehouse(Protocol):
     ) -> GateInputs: ...
 
     def diff(
-        self, spec: TableSpec, start: dt.date, end: dt.date, *, tolerance: float = ...
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        tolerance: float = ...,
+        known_same: Sequence[str] = ...,
+        detail: bool = ...,
     ) -> DataDiff:
         """The shadow's rows of [start, end) against the live rows of those days
         (lib/review/diff.py); reads only."""

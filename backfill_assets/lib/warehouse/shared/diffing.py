@@ -4,6 +4,7 @@ queries on DuckDB and PostgreSQL, in one read-only connection."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from backfill_assets.lib.review.diff import (
@@ -30,26 +31,31 @@ class Differ:
         end: dt.date,
         *,
         tolerance: float = DEFAULT_TOLERANCE,
+        known_same: Sequence[str] = (),
+        detail: bool = True,
     ) -> DataDiff:
-        """The shadow's rows of [start, end) against the live rows of those days."""
+        """The shadow's rows of [start, end) against the live rows of those days; without
+        `detail` (a batch's diff gate), the counts and sums alone: no quantiles, pairs or rows
+        side by side."""
         with self.connect(read_only=True) as con:
             shadow, live = self._diff_relations(con, spec, start, end)
-            q = DiffQueries(spec, shadow, live, start, end, self.dialect, tolerance)
+            q = DiffQueries(
+                spec, shadow, live, start, end, self.dialect, tolerance, tuple(known_same), detail
+            )
             schema = schema_diff(
                 self._relation_columns(con, spec.name),
                 self._relation_columns(con, spec.shadow_name),
             )
-            per_day = self._sql(con, q.per_day(), {})
-            cols = spec.column_names
-            changed = {c for i, c in enumerate(cols) if any(int(r[5 + i] or 0) for r in per_day)}
-            numeric = [c for c in q.numeric if c in changed]
-            quantile_row = self._sql(con, q.quantiles(numeric), {})[0] if numeric else None
+            rows = self._sql(con, q.aggregate(), {})
+            total = next((r for r in rows if r[0]), None)
+            cols = q.compared
+            changed = [c for i, c in enumerate(cols) if total and int(total[6 + i] or 0)]
             pairs = {
                 c.name: self._sql(con, q.pairs(c.name), {})
                 for c in spec.columns
-                if c.name in changed and not is_numeric(c.sql_type)
+                if detail and c.name in changed and not is_numeric(c.sql_type)
             }
-            one_side = any(int(r[2] or 0) or int(r[3] or 0) for r in per_day)
-            shown = [c for c in cols if c in changed and c != spec.partition_column]
-            side = self._sql(con, q.side_by_side(shown), {}) if changed or one_side else []
-        return assemble(q, schema, per_day, quantile_row, numeric, pairs, side, shown)
+            first = next((r[1] for r in rows if not r[0] and int(r[5] or 0)), None)
+            shown = [c for c in changed if c != spec.partition_column]
+            side = self._sql(con, q.side_by_side(first, shown), {}) if first and detail else []
+        return assemble(q, schema, rows, pairs, side, shown)
