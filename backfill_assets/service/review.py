@@ -33,7 +33,7 @@ from backfill_assets.service.tables import table_for
 class PlanDiff:
     plan: BackfillPlan
     status: PlanStatus
-    batches_written: int  # the batches whose every day the shadow holds for this plan
+    batches_written: int  # the first batches whose gates ran (passed or failed) on every day
     diff: DataDiff
 
 
