@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import dagster as dg
 
@@ -136,10 +137,15 @@ def record_review(
 
 
 def review_state(
-    instance: dg.DagsterInstance, table: BackfillableTable, plan: BackfillPlan
+    instance: dg.DagsterInstance,
+    table: BackfillableTable,
+    plan: BackfillPlan,
+    record: Mapping[str, Any] | None = None,
 ) -> tuple[str | None, str]:
-    """(why the swap must wait for a review, or None; one line for `status`)."""
-    record = latest_plan_record(instance, plan.plan_id) or {}
+    """(why the swap must wait for a review, or None; one line for `status`). `record`: the
+    plan's latest record, when the caller read it already."""
+    if record is None:
+        record = latest_plan_record(instance, plan.plan_id) or {}
     by, at = record.get(REVIEWED_BY), record.get(REVIEWED_AT)
     current = by is not None and record.get(REVIEWED_WRITE) == shadow_high_water(instance, plan)
     if by is not None and current:

@@ -16,7 +16,7 @@ from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.lease import gone_reason
-from backfill_assets.service.plans import latest_plan_record
+from backfill_assets.service.plans import DIFF_SUMMARY, latest_plan_record
 from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.review import review_state
 from backfill_assets.service.tables import table_for
@@ -82,8 +82,8 @@ def plan_status(
         except WarehouseError as e:
             swap_state = f"unknown ({e})"
     failed = [s for s in states if s.state == GateState.FAILED]
-    _, review = review_state(instance, table, plan)
     record = latest_plan_record(instance, plan_id) or {}
+    _, review = review_state(instance, table, plan, record)
     gates = list(dict.fromkeys(g for b in plan.batches for g in b.gates))
     grid: dict[str, dict[str, str]] = {pk: {} for pk in plan.partitions}
     for st in states:
@@ -101,7 +101,7 @@ def plan_status(
         "not_run": sum(s.state == GateState.NOT_RUN for s in states),
         "swap_state": swap_state,
         "review": review,
-        "diff_summary": record.get("diff_summary"),
+        "diff_summary": record.get(DIFF_SUMMARY),
         "writer": writer,
         "daily_runs_in_progress": [r.run_id for r in daily_runs_in_progress(instance, table)],
         "gates": gates,

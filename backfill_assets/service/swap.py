@@ -48,11 +48,14 @@ def _days(plan: BackfillPlan) -> list[dt.date]:
     return [dt.date.fromisoformat(p) for p in plan.partitions]
 
 
-def swap_blockers(instance: dg.DagsterInstance, plan: BackfillPlan) -> str | None:
-    """Why the plan cannot be swapped yet, from its gates in the instance; None if it can."""
+def swap_blockers(
+    instance: dg.DagsterInstance, table: BackfillableTable, plan: BackfillPlan
+) -> str | None:
+    """Why the plan cannot be swapped yet, from its gates and (a table with
+    `swap_requires_review`) its review in the instance; None if it can."""
     bad = blockers(gate_states(instance, plan.shadow, plan.partitions, plan.plan_id, plan.gates))
     if not bad:
-        return None
+        return review_state(instance, table, plan)[0] if table.swap_requires_review else None
     return (
         f"plan {plan.plan_id} cannot be swapped: {len(bad)} gate results are not passing and "
         f"current ({describe_blockers(bad)}); run the plan until every batch passes "
@@ -78,7 +81,7 @@ def prepare_downstream(
     plan, status = current_plan(instance, wh, plan_id)
     if status != PlanStatus.APPROVED or plan.target != table.key:
         return None  # perform_swap answers (already swapped, or why not)
-    why = swap_blockers(instance, plan) or review_state(instance, table, plan)[0]
+    why = swap_blockers(instance, table, plan)
     if why:
         raise SwapRefused(why)
     build = build_in_shadow(plan, table, graph, wh, dbt, config, url, log)
@@ -111,7 +114,7 @@ def perform_swap(
         raise SwapRefused(f"plan {plan_id} is {status}; only an approved plan can be swapped")
     if plan.target != table.key:
         raise SwapRefused(f"plan {plan_id} targets {plan.target}, not {table.key}")
-    why = swap_blockers(instance, plan) or review_state(instance, table, plan)[0]
+    why = swap_blockers(instance, table, plan)
     if why:
         raise SwapRefused(why)
     companions = downstream.companions if downstream is not None and downstream.passed else []

@@ -13,7 +13,7 @@ from typing import Any
 
 from backfill_assets.constants import DIFF_CHECK, INVARIANTS_CHECK, ROW_COUNT_CHECK, SAMPLE_CHECK
 from backfill_assets.lib.planning.criteria import Criteria, DiffThresholds
-from backfill_assets.lib.review.diff import DataDiff, DayDiff
+from backfill_assets.lib.review.diff import DEFAULT_TOLERANCE, DataDiff, DayDiff
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateSource, SampleDiff
 
@@ -198,6 +198,21 @@ def evaluate_gates(
         invariants={i.name: i.predicate for i in criteria.invariants},
         full_compare=criteria.sample.full_compare,
     )
+    # The diff of the batch against the live rows, recorded per day. The unchanged columns are
+    # not compared again where the fingerprints of the key and those columns were equal on every
+    # day: every row holds them as the target does.
+    thresholds = criteria.diff
+    same = all(facts.samples[d].fingerprint_equal for d in facts.samples)
+    diff = wh.diff(
+        spec,
+        start,
+        end,
+        tolerance=thresholds.float_tolerance if thresholds else DEFAULT_TOLERANCE,
+        known_same=criteria.sample.unchanged_columns if same else (),
+        detail=False,  # the gate reads the counts and sums per day alone
+    )
+    by_day = {d.day: d for d in diff.days}
+    declared = tuple(c.name for c in criteria.sample.changed_columns)
     out: list[GateOutcome] = []
     day = start
     while day < end:
@@ -214,24 +229,6 @@ def evaluate_gates(
         )
         out.append(sample_outcome(day, facts.samples[day], facts.target_rows[day]))
         out.append(invariants_outcome(day, facts.invariants[day]))
-        day += dt.timedelta(days=1)
-    # The diff of the batch against the live rows, recorded per day.
-    # The unchanged columns are not compared again where the fingerprints of the key and those
-    # columns were equal on every day: every row holds them as the target does.
-    thresholds = criteria.diff
-    same = all(facts.samples[d].fingerprint_equal for d in facts.samples)
-    diff = wh.diff(
-        spec,
-        start,
-        end,
-        tolerance=thresholds.float_tolerance if thresholds else 1e-9,
-        known_same=criteria.sample.unchanged_columns if same else (),
-        detail=False,  # the gate reads the counts and sums per day alone
-    )
-    by_day = {d.day: d for d in diff.days}
-    declared = tuple(c.name for c in criteria.sample.changed_columns)
-    day = start
-    while day < end:
         out.append(diff_outcome(day, by_day.get(day), diff, thresholds, declared))
         day += dt.timedelta(days=1)
     return out

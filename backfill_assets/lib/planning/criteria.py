@@ -32,6 +32,7 @@ from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, field_vali
 from pydantic.dataclasses import dataclass
 
 from backfill_assets.errors import InvalidInput, PlanRefused
+from backfill_assets.lib.review.diff import DEFAULT_TOLERANCE
 from backfill_assets.lib.warehouse.identifiers import validate_ident
 from backfill_assets.lib.warehouse.predicates import validate_predicate
 
@@ -108,7 +109,7 @@ class DiffThresholds:
     # column -> the largest |sum after - sum before| of the partition.
     max_abs_delta: dict[str, float] = Field(default_factory=dict)
     # A float column's values differing by at most this are the same.
-    float_tolerance: float = 1e-9
+    float_tolerance: float = DEFAULT_TOLERANCE
 
     def __post_init__(self) -> None:
         if self.max_changed_pct is not None and not 0 <= self.max_changed_pct <= 100:

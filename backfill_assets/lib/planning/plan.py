@@ -180,6 +180,9 @@ class _DailySlotJSON(TypedDict):
     end: str
 
 
+_BUDGET_FIELDS = ("max_seconds", "max_rows")
+
+
 class _BudgetJSON(TypedDict):
     """The table's backfill budget per window occurrence (null: no bound on that quantity)."""
 
@@ -234,20 +237,16 @@ class Contention:
     @model_validator(mode="before")
     @classmethod
     def _flat_slot(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and "daily_slot" in data:
-            data = dict(data)
-            slot = data.pop("daily_slot")
-            if not isinstance(slot, Mapping):
-                raise ValueError("daily_slot must be an object with start and end")
-            data["daily_slot_start"] = slot.get("start")
-            data["daily_slot_end"] = slot.get("end")
-        if isinstance(data, Mapping) and "budget" in data:
-            data = dict(data)
-            budget = data.pop("budget")
-            if not isinstance(budget, Mapping):
-                raise ValueError("budget must be an object with max_seconds and max_rows")
-            data["budget_max_seconds"] = budget.get("max_seconds")
-            data["budget_max_rows"] = budget.get("max_rows")
+        # The JSON's nested objects, as the flat fields they are here (`daily_slot.start` is
+        # `daily_slot_start`).
+        for key, fields in (("daily_slot", ("start", "end")), ("budget", _BUDGET_FIELDS)):
+            if isinstance(data, Mapping) and key in data:
+                data = dict(data)
+                nested = data.pop(key)
+                if not isinstance(nested, Mapping):
+                    raise ValueError(f"{key} must be an object with {' and '.join(fields)}")
+                for f in fields:
+                    data[f"{key}_{f}"] = nested.get(f)
         return data
 
     @property
@@ -267,8 +266,7 @@ class Contention:
         }
         if data.get("daily_timezone") is None:
             data.pop("daily_timezone", None)
-        budget = {"max_seconds": data.pop("budget_max_seconds", None)}
-        budget["max_rows"] = data.pop("budget_max_rows", None)
+        budget = {f: data.pop(f"budget_{f}", None) for f in _BUDGET_FIELDS}
         if any(v is not None for v in budget.values()):
             data["budget"] = budget
         return {**out, **data}  # type: ignore[return-value]

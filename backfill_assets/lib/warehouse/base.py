@@ -368,11 +368,14 @@ class GateSource(Protocol):
         tolerance: float = ...,
         known_same: Sequence[str] = ...,
         detail: bool = ...,
-    ) -> DataDiff: ...
+    ) -> DataDiff:
+        """The shadow's rows of [start, end) against the live rows of those days
+        (lib/review/diff.py); reads only."""
+        ...
 
 
-class Warehouse(Protocol):
-    """What the rest of the package needs from a warehouse."""
+class Warehouse(GateSource, Protocol):
+    """What the rest of the package needs from a warehouse (what the gates read among it)."""
 
     dialect: str  # "duckdb" or "postgres": the SQL dialect builds and predicates are rendered in
 
@@ -396,34 +399,6 @@ class Warehouse(Protocol):
     def partition_stats(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
     ) -> PartitionStats: ...
-
-    def gate_inputs(
-        self,
-        spec: TableSpec,
-        start: dt.date,
-        end: dt.date,
-        *,
-        plan_id: str,
-        sample_size: int,
-        unchanged: tuple[str, ...],
-        changed_predicates: Mapping[str, str],
-        invariants: Mapping[str, str],
-        full_compare: bool,
-    ) -> GateInputs: ...
-
-    def diff(
-        self,
-        spec: TableSpec,
-        start: dt.date,
-        end: dt.date,
-        *,
-        tolerance: float = ...,
-        known_same: Sequence[str] = ...,
-        detail: bool = ...,
-    ) -> DataDiff:
-        """The shadow's rows of [start, end) against the live rows of those days
-        (lib/review/diff.py); reads only."""
-        ...
 
     def checksums(
         self, spec: TableSpec, start: dt.date, end: dt.date, *, shadow: bool = False
