@@ -5,9 +5,11 @@ instance and real runs.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import json
+import re
 from decimal import Decimal
 
 import jsonschema
@@ -171,6 +173,7 @@ def test_a_table_that_requires_a_review_refuses_the_swap_until_a_current_review_
     from backfill_assets.constants import PLAN_ID_TAG, shadow_job
     from backfill_assets.errors import ExecutionRefused, SwapRefused
     from backfill_assets.service.batch_driver import pause_plan
+    from backfill_assets.service.plans import latest_plan_record
     from backfill_assets.service.review import record_review
     from backfill_assets.service.runs import run_job
     from backfill_assets.service.status import plan_status, render_status
@@ -191,6 +194,14 @@ def test_a_table_that_requires_a_review_refuses_the_swap_until_a_current_review_
         record_review(instance, tables, wh, plan.plan_id, "tests")
     reviewed = record_review(instance, tables, wh, plan.plan_id, "bob")
     assert reviewed.diff.column("fx_rate").changed_rows > 0
+    # The review's record carries the picture: the chart inlined in its Markdown, one panel per
+    # changed numeric column.
+    md = str((latest_plan_record(instance, plan.plan_id) or {})["diff_markdown"])
+    inlined = re.search(r"!\[[^\]]*\]\(data:image/svg\+xml;base64,([A-Za-z0-9+/=]+)\)", md)
+    assert inlined, md[-500:]
+    svg = base64.b64decode(inlined[1]).decode()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 4, svg[:300]
+    assert ">fx_rate</text>" in svg and ">net_revenue_usd</text>" in svg
     text = render_status(plan_status(instance, tables, wh, plan.plan_id))
     assert "review: reviewed by bob at" in text and "diff (as reviewed):" in text
 

@@ -100,6 +100,7 @@ def record_review(
     """Record that `by` reviewed the plan's diff, over every batch (written and gated); the
     diff reviewed. Refused (nothing recorded) before every batch is written, and, under the
     table's two-person rule, for the plan's approver."""
+    from backfill_assets.lib.review.chart import markdown_image
     from backfill_assets.lib.review.render import headline, render_markdown
 
     if not by.strip():
@@ -130,7 +131,10 @@ def record_review(
             REVIEWED_AT: dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             REVIEWED_WRITE: shadow_high_water(instance, plan),
             DIFF_SUMMARY: headline(got.diff),
-            "diff_markdown": dg.MetadataValue.md(render_markdown(got.diff)),
+            # The picture a reviewer reads at a glance, inlined: before and after per day.
+            "diff_markdown": dg.MetadataValue.md(
+                render_markdown(got.diff) + "\n" + markdown_image(got.diff) + "\n"
+            ),
         },
     )
     return got

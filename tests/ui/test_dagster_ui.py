@@ -35,6 +35,7 @@ from backfill_assets.constants import (
 )
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.seed import land_days
+from backfill_assets.lib.review.chart import CHART_ALT
 from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES
 from backfill_assets.service.lease import acquire_writer, holder_for_command
 from backfill_assets.service.plans import load_plan, plan_statuses
@@ -620,6 +621,15 @@ def test_the_diff_shows_per_batch_on_the_shadow_and_a_review_records_its_summary
     expect(metadata_row(page, "diff_summary")).to_contain_text("fx_rate")
     metadata_row(page, "diff_summary").scroll_into_view_if_needed()
     shot(page, "ui-plan-diff")
+    # The picture: before and after per day, inlined in the reviewed diff's Markdown.
+    metadata_row(page, "diff_markdown").get_by_text("[Show Markdown]").click()
+    chart = page.get_by_role("dialog").get_by_role("img", name=CHART_ALT)
+    chart.scroll_into_view_if_needed()
+    expect(chart).to_be_visible()
+    # The inlined SVG loaded and was drawn (a refused or broken image has no natural width).
+    assert chart.evaluate("img => img.complete && img.naturalWidth") > 0
+    shot(page, "ui-plan-diff-chart")
+    page.keyboard.press("Escape")
 
 
 # -- 7. the swap ---------------------------------------------------------------------------------

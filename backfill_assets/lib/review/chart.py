@@ -1,9 +1,12 @@
 """The diff as a picture: for each changed numeric column, its sum per day before (live) and
 after (shadow) across the range, one panel per column, as a standalone SVG (no plotting
-library: a few lines and labels)."""
+library: a few lines and labels). The CLI writes it to a file (`diff --chart`); the plan's
+reviewed diff on `backfill_plans` embeds it in its Markdown as a data URI, which the Dagster UI's
+Markdown view shows as an image (its sanitizer allows `data:` images)."""
 
 from __future__ import annotations
 
+import base64
 from html import escape
 
 from backfill_assets.lib.review.diff import DataDiff
@@ -56,3 +59,12 @@ def render_svg(diff: DataDiff) -> str:
         out.append(f'<text x="{_W - _PAD_R}" y="{y_axis}" text-anchor="end">{days[-1].day}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
+
+
+CHART_ALT = "sum per day before and after"
+
+
+def markdown_image(diff: DataDiff) -> str:
+    """The chart as a Markdown image with the SVG inlined (a data URI): no file to serve."""
+    data = base64.b64encode(render_svg(diff).encode()).decode()
+    return f"![{CHART_ALT}](data:image/svg+xml;base64,{data})"
