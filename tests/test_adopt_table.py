@@ -662,6 +662,66 @@ def test_a_table_partitioned_by_month_is_converted_online_and_its_own_partitions
 
 
 @pytest.mark.backends("postgres")
+def test_a_partition_the_old_pipeline_creates_during_the_conversion_is_watched_and_copied(
+    wh, postgres_url
+):
+    """Rows written straight into a partition created after the conversion started fire no
+    trigger of the change log: the next round watches the partition and logs its days, and the
+    switch refuses while one is unwatched. Without that, their rows stay behind in the backup."""
+    import psycopg
+
+    _old_table_postgres(postgres_url, partition_by="RANGE (order_date)", partitions=MONTHLY[:2])
+    base, schema = _pg(postgres_url)
+    order_id, _, rest = COLS.split(", ", 2)
+
+    def new_partition_with_a_day(month: int, day: dt.date) -> None:
+        """What an old pipeline does for a new month: its partition, filled directly."""
+        with psycopg.connect(base, autocommit=True, options=f"-c search_path={schema}") as con:
+            con.execute(
+                cast(
+                    "LiteralString",
+                    f"CREATE TABLE orders_2024_{month:02d} PARTITION OF orders_daily FOR VALUES "
+                    f"FROM ('2024-{month:02d}-01') TO ('2024-{month + 1:02d}-01')",
+                )
+            )
+            con.execute(
+                cast(
+                    "LiteralString",
+                    f"INSERT INTO orders_2024_{month:02d} ({COLS}) SELECT {order_id} + "
+                    f"{month * 100_000}, DATE '{day}', {rest} FROM orders_daily "
+                    "WHERE order_date = '2024-01-10'",
+                )
+            )
+
+    def rows_of(day: dt.date) -> int:
+        return int(
+            wh.query("SELECT count(*) FROM orders_daily WHERE order_date = $d", {"d": day})[0][0]
+        )
+
+    wh.convert_start(SPEC)
+    for i in range(9):  # every week of January and February copied
+        wh.convert_week(SPEC, OLD_START + dt.timedelta(weeks=i))
+    march, april = dt.date(2024, 3, 2), dt.date(2024, 4, 3)
+    new_partition_with_a_day(3, march)
+    written = rows_of(march)
+    assert written > 0
+    assert wh.changed_weeks(SPEC) == {dt.date(2024, 2, 26)}  # March 2's week, watched now
+    wh.convert_week(SPEC, dt.date(2024, 2, 26))
+    # Created after that round, right before the switch: the switch waits for the next round.
+    new_partition_with_a_day(4, april)
+    assert wh.convert_switch(SPEC) is False
+    assert wh.changed_weeks(SPEC) == {dt.date(2024, 4, 1)}
+    wh.convert_week(SPEC, dt.date(2024, 4, 1))
+    assert wh.convert_switch(SPEC) is True
+    assert _relkind(wh, "orders_daily") == "p"
+    assert _parent(wh, "orders_2024_03") == "orders_daily__adopted"
+    assert rows_of(march) == written and rows_of(april) == written
+    assert wh.query(
+        "SELECT count(*) FROM information_schema.triggers WHERE trigger_name LIKE 'backfill_adopt%'"
+    ) == [(0,)]
+
+
+@pytest.mark.backends("postgres")
 def test_a_table_partitioned_by_something_else_is_refused_and_nothing_is_written(
     instance, wh, postgres_url, capsys
 ):

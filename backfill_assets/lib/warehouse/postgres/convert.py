@@ -9,7 +9,8 @@ daily job can write between two):
    column, with the target's indexes), a change log and statement triggers on the old table (and
    on each of its partitions, for a pipeline that writes them directly) that record each day any
    INSERT, UPDATE or DELETE touches (so a write of the old pipeline during the conversion is
-   never missed), the adoption's record in `backfill_meta.adoptions`, and, when a plain old
+   never missed; a partition it creates meanwhile gets the triggers, and its days are logged,
+   before the next copy of the changed weeks), the adoption's record in `backfill_meta.adoptions`, and, when a plain old
    table has no index leading with the partition column, one built concurrently
    (`<table>__adopt_day`; a rollback drops it). A partitioned old table needs none: each week's
    read is pruned to the partitions that hold it.
@@ -18,7 +19,7 @@ daily job can write between two):
    says changed since it was copied (`changed_weeks`).
 3. `convert_switch`: one short transaction, as the swap's (each attempt waits at most
    `swap_lock_wait_s` for its locks): lock the old table, refuse to go on if the log holds a
-   change not yet copied, rename the old table to `<table>__adopted` (the backup) and the new
+   change not yet copied or a partition has no triggers, rename the old table to `<table>__adopted` (the backup) and the new
    parent to `<table>`, drop the triggers, create the shadow.
 4. `convert_rollback` restores the old table (with the days written since the switch copied
    back into it); `convert_release` drops it.
@@ -174,24 +175,7 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
             # A write through a partitioned table fires its own statement triggers only; one
             # straight into a partition fires the partition's.
             for q in (self._q(spec.name), *self._leaves(con, spec.name)):
-                for suffix, event, refs in (
-                    ("i", "INSERT", "NEW TABLE AS new_rows"),
-                    ("u", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-                    ("d", "DELETE", "OLD TABLE AS old_rows"),
-                ):
-                    name = ident(f"backfill_adopt_{suffix}")
-                    _x(con, f"DROP TRIGGER IF EXISTS {name} ON {q}")
-                    _x(
-                        con,
-                        f"CREATE TRIGGER {name} AFTER {event} ON {q} REFERENCING {refs} "
-                        f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-                    )
-                _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_t ON {q}")
-                _x(
-                    con,
-                    f"CREATE TRIGGER backfill_adopt_t AFTER TRUNCATE ON {q} "
-                    f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
-                )
+                self._watch(con, fn, q)
             _x(
                 con,
                 f"INSERT INTO {M}.adoptions VALUES (%(t)s, %(s)s, %(b)s, %(now)s, NULL, %(now)s) "
@@ -199,6 +183,65 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
                 "changed_at = excluded.changed_at",
                 {"t": key, "s": CONVERTING, "b": adopted, "now": utcnow()},
             )
+
+    def _watch(self, con: Connection, fn: str, q: str) -> None:
+        """The change log's statement triggers on the table or partition `q`."""
+        for suffix, event, refs in (
+            ("i", "INSERT", "NEW TABLE AS new_rows"),
+            ("u", "UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+            ("d", "DELETE", "OLD TABLE AS old_rows"),
+        ):
+            name = ident(f"backfill_adopt_{suffix}")
+            _x(con, f"DROP TRIGGER IF EXISTS {name} ON {q}")
+            _x(
+                con,
+                f"CREATE TRIGGER {name} AFTER {event} ON {q} REFERENCING {refs} "
+                f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+            )
+        _x(con, f"DROP TRIGGER IF EXISTS backfill_adopt_t ON {q}")
+        _x(
+            con,
+            f"CREATE TRIGGER backfill_adopt_t AFTER TRUNCATE ON {q} "
+            f"FOR EACH STATEMENT EXECUTE FUNCTION {fn}()",
+        )
+
+    def _unwatched(self, con: Connection, spec: TableSpec) -> list[str]:
+        """The old table's partitions without the change log's triggers: created (or attached)
+        by its pipeline after the conversion started."""
+        return [
+            q
+            for q in self._leaves(con, spec.name)
+            if not (
+                _x(
+                    con,
+                    "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%(q)s) "
+                    "AND tgname = 'backfill_adopt_i')",
+                    {"q": q},
+                ).fetchone()
+                or (False,)
+            )[0]
+        ]
+
+    def watch_new_partitions(self, spec: TableSpec) -> int:
+        """Watch the partitions the old pipeline created during the conversion: their triggers,
+        and every day they hold logged as changed (written where no trigger saw it), in one
+        transaction per partition (creating the triggers waits for its writers). How many."""
+        with self.connect(read_only=True) as con:
+            if not self._exists(con, spec.name):
+                return 0
+            new = self._unwatched(con, spec)
+        fn, key = self._function(spec), self._key(spec.name)
+        pc = ident(spec.partition_column)
+        for q in new:
+            with self.transaction(lock_wait_s=self.swap_lock_wait_s) as con:
+                self._watch(con, fn, q)  # locks the partition against writes until the commit
+                _x(
+                    con,
+                    f"INSERT INTO {M}.adopt_changes (table_name, partition_date) "
+                    f"SELECT DISTINCT %(t)s, {pc} FROM {q}",
+                    {"t": key},
+                )
+        return len(new)
 
     def converted_weeks(self, spec: TableSpec) -> set[dt.date]:
         """The Mondays of the weeks already copied (attached under the new parent)."""
@@ -216,8 +259,10 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
         return out
 
     def changed_weeks(self, spec: TableSpec) -> set[dt.date]:
-        """The Mondays of the weeks the log says changed since they were copied; a TRUNCATE of
-        the old table is refused (AdoptionRefused)."""
+        """The Mondays of the weeks the log says changed since they were copied, partitions
+        created meanwhile included (`watch_new_partitions`); a TRUNCATE of the old table is
+        refused (AdoptionRefused)."""
+        self.watch_new_partitions(spec)
         with self.connect(read_only=True) as con:
             rows = _x(
                 con,
@@ -316,7 +361,9 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
                     f"SELECT count(*) FROM {M}.adopt_changes WHERE table_name = %(t)s",
                     {"t": key},
                 ).fetchone()
-                if left and left[0]:
+                # A partition created since the log was read may hold unlogged rows: the
+                # caller's next `changed_weeks` watches it and logs its days.
+                if (left and left[0]) or self._unwatched(con, spec):
                     raise _Pending
                 self._drop_triggers(con, spec, spec.name)
                 _x(con, f"ALTER TABLE {self._q(spec.name)} RENAME TO {ident(adopted)}")
