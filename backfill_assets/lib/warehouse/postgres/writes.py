@@ -163,6 +163,11 @@ class PostgresWrites(PostgresLayout):
         """The diff's two sides: the partitioned tables (each read pruned to the days)."""
         return self._q(spec.shadow_name), self._q(spec.name)
 
+    def _diff_session(self, con: Any) -> None:
+        """A week of both sides hashed in memory: with the default work_mem (4MB) the join of
+        a week of 20k-row days spilled to disk in batches, and sorted on disk by day."""
+        _x(con, "SET work_mem = '64MB'")
+
     def _relation_columns(self, con: Any, name: str) -> list[tuple[str, str]]:
         return [
             (str(n), str(t))

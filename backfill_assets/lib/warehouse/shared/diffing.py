@@ -11,6 +11,7 @@ from backfill_assets.lib.review.diff import (
     DEFAULT_TOLERANCE,
     DataDiff,
     DiffQueries,
+    SchemaDiff,
     assemble,
     is_numeric,
     schema_diff,
@@ -22,7 +23,11 @@ class Differ:
     """`diff`, from the adapter's `connect`, `_sql` and `dialect`, and two hooks of its own:
     `_diff_relations(con, spec, start, end)`, the SQL of the shadow's and the live rows'
     relations holding those days, and `_relation_columns(con, name)`, a relation's columns and
-    their types as the engine names them."""
+    their types as the engine names them; and `_diff_session(con)`, settings for the diff's
+    connection (none by default)."""
+
+    def _diff_session(self, con: Any) -> None:
+        return None
 
     def diff(
         self: Any,
@@ -35,16 +40,22 @@ class Differ:
         detail: bool = True,
     ) -> DataDiff:
         """The shadow's rows of [start, end) against the live rows of those days; without
-        `detail` (a batch's diff gate), the counts and sums alone: no quantiles, pairs or rows
-        side by side."""
+        `detail` (a batch's diff gate), the counts and sums alone: no schema, quantiles, pairs
+        or rows side by side."""
         with self.connect(read_only=True) as con:
+            self._diff_session(con)
             shadow, live = self._diff_relations(con, spec, start, end)
             q = DiffQueries(
                 spec, shadow, live, start, end, self.dialect, tolerance, tuple(known_same), detail
             )
-            schema = schema_diff(
-                self._relation_columns(con, spec.name),
-                self._relation_columns(con, spec.shadow_name),
+            # A gate's diff shows no schema: the shadow is built with the target's columns.
+            schema = (
+                schema_diff(
+                    self._relation_columns(con, spec.name),
+                    self._relation_columns(con, spec.shadow_name),
+                )
+                if detail
+                else SchemaDiff()
             )
             rows = self._sql(con, q.aggregate(), {})
             total = next((r for r in rows if r[0]), None)
