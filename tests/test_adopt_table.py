@@ -23,6 +23,7 @@ import pytest
 
 from backfill_assets.cli import main
 from backfill_assets.constants import CODE_VERSION_TAG
+from backfill_assets.errors import ExecutionRefused
 from backfill_assets.example.declaration import DAILY_JOB, ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL, ORDERS_DAILY_SQL_V1
 from backfill_assets.lib.warehouse.dialects import column_type
@@ -243,31 +244,38 @@ def test_the_daily_job_refuses_a_table_it_did_not_write_until_it_is_adopted(
     defs, instance, landed, warehouse_path
 ):
     """A plain table of the target's name, written by plain SQL, is not taken over silently by
-    the daily job: the run fails naming `adopt`, and the table and the metadata stay as they
-    were; once adopted, the same run writes its day."""
+    the daily job: the run fails naming `adopt`, and the table stays as it was; approving a plan
+    for it is refused; once adopted, the same run writes its day."""
+
     wh = landed
+    # A plan approved before the old pipeline's table was copied in (or by a version that did
+    # not check) can be abandoned: else it would hold the table and stop its adoption.
+    held = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
     _old_table_duckdb(warehouse_path)
     before = wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1))
     day = (dt.datetime.now(dt.UTC).date() - dt.timedelta(days=1)).isoformat()  # daily territory
+
+    def untouched() -> None:
+        assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
+        assert not wh.query(
+            "SELECT table_name FROM duckdb_tables() WHERE table_name = 'orders_daily__template'"
+        )
+        assert not _versions(wh)  # nothing recorded as the framework's
+
     result = run_job(defs, DAILY_JOB, instance, partition_key=day, raise_on_error=False)
     assert not result.success
     why = failure_description(result)
     assert "orders_daily already exists" in why and "backfill-assets adopt orders_daily" in why
     assert "Nothing was written" in why
-    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
-    assert not wh.query(
-        "SELECT table_name FROM duckdb_tables() WHERE table_name IN "
-        "('partition_versions', 'orders_daily__template')"
-    )  # the metadata the write began is rolled back with it
-    # A plan approved before adoption can be abandoned (else it would hold the table and stop
-    # its adoption), and that takes nothing over either.
-    plan = make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
-    assert main(["adopt", "orders_daily", "--check"]) == 2
-    assert main(["abandon", plan.plan_id]) == 0
-    assert wh.checksums(SPEC, OLD_START, HISTORY_END + dt.timedelta(days=1)) == before
-    assert not wh.query(
-        "SELECT table_name FROM duckdb_tables() WHERE table_name = 'orders_daily__template'"
-    )
+    untouched()
+    assert main(["adopt", "orders_daily", "--check"]) == 2  # held by the plan
+    assert main(["abandon", held.plan_id]) == 0
+    untouched()
+    # Approving a plan now is refused before anything is claimed or recorded.
+    with pytest.raises(ExecutionRefused, match=r"has not adopted it .*adopt orders_daily --check"):
+        make_plan(defs, instance, wh, START.isoformat(), (END - dt.timedelta(days=1)).isoformat())
+    assert wh.active_plan("orders_daily") is None
+    untouched()
 
     assert main(["adopt", "orders_daily"]) == 0
     assert run_job(defs, DAILY_JOB, instance, partition_key=day).success
@@ -527,6 +535,10 @@ def test_a_plain_postgres_table_is_converted_online_and_the_whole_cycle_and_its_
 
     assert main(["adopt", "orders_daily", "--check"]) == 0
     assert "converted online" in capsys.readouterr().out
+    # No plan before the conversion: its batches could not write a plain table.
+    with pytest.raises(ExecutionRefused, match=r"has not adopted it \(table\)"):
+        make_plan(defs, instance, wh, START.isoformat(), END.isoformat())
+    assert wh.active_plan("orders_daily") is None
     with _Reader(postgres_url) as conversion:
         assert main(["adopt", "orders_daily"]) == 0
     # Readers read the whole table on every read, before, during and after the switch.

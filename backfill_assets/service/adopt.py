@@ -48,6 +48,7 @@ from backfill_assets.lib.planning.cost import daily_duration
 from backfill_assets.lib.runbook import propose_window
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.lib.warehouse.identifiers import quote_ident
 from backfill_assets.service.history import daily_run_durations
 from backfill_assets.service.lease import Waiting, holder_for_command, writer_lease
 
@@ -290,6 +291,32 @@ def converts(wh: Warehouse, rel: ExistingRelation) -> bool:
     """Whether adopting `rel` converts it online (on PostgreSQL, a plain table or one
     range-partitioned by its day in a layout of its own)."""
     return isinstance(wh, ConvertsOnline) and rel.kind in (TABLE, PARTITIONED) and not rel.layout
+
+
+def adoption_blocker(wh: Warehouse, table: BackfillableTable) -> str | None:
+    """Why no plan may be approved for `table` until it is adopted, or None: a relation of
+    its name that the framework does not write as it is (a view, a table partitioned another
+    way, a table to convert, or one holding rows the framework did not write). Approving would
+    let the plan hold the table, which stops its adoption, while every batch is refused."""
+    spec = table.spec
+    rel = wh.describe_existing(spec)
+    if rel.kind == ABSENT or rel.layout:
+        return None
+    if rel.kind == TABLE and not converts(wh, rel):
+        # DuckDB: an empty table, or one whose days the framework recorded, is its to write.
+        name = quote_ident(spec.name)
+        if wh.table_rows(spec) or not wh.query(f"SELECT 1 FROM {name} LIMIT 1"):
+            return None
+    how = (
+        f"`backfill-assets adopt {spec.name} --check`, then `backfill-assets adopt {spec.name}`"
+        if rel.kind in (TABLE, PARTITIONED)
+        else f"`backfill-assets adopt {spec.name} --check` says what it needs"
+    )
+    return (
+        f"{spec.name} exists in the warehouse but backfill_assets has not adopted it "
+        f"({rel.kind}), so no batch of a plan could write it: adopt it first ({how}; "
+        "docs/adopt.md), then approve the plan"
+    )
 
 
 def _refuse_held(wh: Warehouse, spec_name: str, recorded: int) -> None:

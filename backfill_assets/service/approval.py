@@ -86,6 +86,11 @@ def approve_plan(
             f"plan {plan.plan_id} was already {status}; plan again with a different range or "
             "criteria to backfill this range once more"
         )
+    from backfill_assets.service.adopt import adoption_blocker
+
+    blocker = adoption_blocker(wh, table)
+    if blocker is not None:
+        raise ExecutionRefused(blocker + "; nothing was approved")
     claim = {"plan_json": plan.to_json(), "approved_by": approved_by}
     holder = wh.claim_plan(table.key, plan.plan_id, **claim)
     holder_status = _holder_status(instance, wh, table, holder, plan.plan_id)
