@@ -17,6 +17,7 @@ from backfill_assets.lib.planning.plan import BackfillPlan, verify_integrity
 from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES, PlanStatus
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.adopt import adoption_blocker
 from backfill_assets.service.plans import latest_plan_record, record_status
 from backfill_assets.service.reconcile import reconcile, settle
 
@@ -86,8 +87,6 @@ def approve_plan(
             f"plan {plan.plan_id} was already {status}; plan again with a different range or "
             "criteria to backfill this range once more"
         )
-    from backfill_assets.service.adopt import adoption_blocker
-
     blocker = adoption_blocker(wh, table)
     if blocker is not None:
         raise ExecutionRefused(blocker + "; nothing was approved")

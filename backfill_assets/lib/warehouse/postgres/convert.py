@@ -10,8 +10,9 @@ daily job can write between two):
    on each of its partitions, for a pipeline that writes them directly) that record each day any
    INSERT, UPDATE or DELETE touches (so a write of the old pipeline during the conversion is
    never missed; a partition it creates meanwhile gets the triggers, and its days are logged,
-   before the next copy of the changed weeks), the adoption's record in `backfill_meta.adoptions`, and, when a plain old
-   table has no index leading with the partition column, one built concurrently
+   before the next copy of the changed weeks), the adoption's record in
+   `backfill_meta.adoptions`, and, when a plain old table has no index leading with the
+   partition column, one built concurrently
    (`<table>__adopt_day`; a rollback drops it). A partitioned old table needs none: each week's
    read is pruned to the partitions that hold it.
 2. `convert_week`: copy one ISO week into its week table `<table>__w<week>` (the final name),
@@ -19,8 +20,9 @@ daily job can write between two):
    says changed since it was copied (`changed_weeks`).
 3. `convert_switch`: one short transaction, as the swap's (each attempt waits at most
    `swap_lock_wait_s` for its locks): lock the old table, refuse to go on if the log holds a
-   change not yet copied or a partition has no triggers, rename the old table to `<table>__adopted` (the backup) and the new
-   parent to `<table>`, drop the triggers, create the shadow.
+   change not yet copied or a partition has no triggers, rename the old table to
+   `<table>__adopted` (the backup) and the new parent to `<table>`, drop the triggers, create
+   the shadow.
 4. `convert_rollback` restores the old table (with the days written since the switch copied
    back into it); `convert_release` drops it.
 
