@@ -119,6 +119,8 @@ def test_approve_status_and_abandon_read_the_snapshot_against_the_real_warehouse
     finally:
         sys.path.remove(str(PROJECT))
     seed(shop, tmp_path / "shop.duckdb")
+    # The old pipeline's table is adopted first: a plan for a table not adopted is refused.
+    assert run(project, ["adopt", "events"])[0] == 0
     plan_file = tmp_path / "p.json"
     rc, _, _ = run(
         project,
