@@ -209,19 +209,17 @@ class PostgresConvert(PostgresAdopt, PostgresSwap):
 
     def _unwatched(self, con: Connection, spec: TableSpec) -> list[str]:
         """The old table's partitions without the change log's triggers: created (or attached)
-        by its pipeline after the conversion started."""
+        by its pipeline after the conversion started. One query, whatever the number of
+        partitions: the switch asks it while it holds the table's lock."""
         return [
-            q
-            for q in self._leaves(con, spec.name)
-            if not (
-                _x(
-                    con,
-                    "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass(%(q)s) "
-                    "AND tgname = 'backfill_adopt_i')",
-                    {"q": q},
-                ).fetchone()
-                or (False,)
-            )[0]
+            str(r[0])
+            for r in _x(
+                con,
+                "SELECT t.relid::regclass::text FROM pg_partition_tree(to_regclass(%(t)s)) t "
+                "WHERE t.isleaf AND t.relid <> to_regclass(%(t)s) AND NOT EXISTS (SELECT 1 FROM "
+                "pg_trigger g WHERE g.tgrelid = t.relid AND g.tgname = 'backfill_adopt_i')",
+                {"t": self._q(spec.name)},
+            ).fetchall()
         ]
 
     def watch_new_partitions(self, spec: TableSpec) -> int:
