@@ -53,7 +53,7 @@ from backfill_assets.service.lease import Waiting, plan_runner, reap_dead_local_
 from backfill_assets.service.plans import DRIVING, latest_plan_record
 from backfill_assets.service.progress import ProgressCallback, RunWatcher, report_event
 from backfill_assets.service.reconcile import current_plan
-from backfill_assets.service.runs import run_as_writer
+from backfill_assets.service.runs import Location, run_as_writer
 from backfill_assets.service.tables import table_for
 
 # Errors raised inside a run that mean "not now" or "bad input" rather than a failed gate; the
@@ -257,86 +257,108 @@ def _run_batches(
                 f"{plan.window.label} {plan.window.timezone}; run it inside the window (or let "
                 "the batch driver do it: backfill-assets start)"
             )
-        t0 = dt.datetime.now(dt.UTC)
-        watcher = RunWatcher(instance, batch, total, progress) if progress else None
-
-        waited: list[Waiting] = []
-
-        def waiting(w: Waiting, waited: list[Waiting] = waited) -> None:
-            waited.append(w)
-            if on_wait is not None:
-                on_wait(w)
-
-        def before(
-            run_id: str,
-            watcher: RunWatcher | None = watcher,
-            batch: Batch = batch,
-            waited: list[Waiting] = waited,
-        ) -> None:
-            refuse_if_daily_in_progress(instance, table)
-            # With the table's lease held: a batch that passed while this waited for the table
-            # (a launch from the UI ran it) is not run again.
-            if waited and batch_done(instance, plan, batch):
-                raise _AlreadyPassed
-            if watcher is not None:
-                watcher.follow(run_id)
-
-        try:
-            result = run_as_writer(
-                defs,
-                shadow_job(plan.target),
-                instance,
-                wh,
-                table,
-                role=ROLE_BATCH,
-                plan_id=plan_id,
-                wait_s=wait_s,
-                before=before,
-                on_wait=waiting,
-                start=batch.start,
-                end_inclusive=batch.end,
-                tags=batch_tags(plan, batch),
-                raise_on_error=False,
-                log_level=log_level,
-            )
-        except _AlreadyPassed:
-            reports.append(
-                BatchReport(batch.index, batch.start, batch.end, "skipped (already passed)")
-            )
-            emit("skipped", batch, reports[-1])
-            continue
-        finally:
-            if watcher is not None:
-                watcher.stop()
-        seconds = (dt.datetime.now(dt.UTC) - t0).total_seconds()
-        ran += 1
-        if not result.success:
-            failures = run_failures(instance, result.run_id)
-            reports.append(
-                BatchReport(
-                    batch.index, batch.start, batch.end, "failed", result.run_id, seconds, failures
-                )
-            )
-            emit("finished", batch, reports[-1])
-            refusal = run_error(result)
-            if not failures and refusal is not None and refusal[0] in _REFUSALS:
-                # The warehouse was held, another writer kept the table, a build was refused:
-                # not a gate verdict, nothing to halt on; say what it was.
-                raise _REFUSALS[refusal[0]](
-                    f"batch {batch.index} of plan {plan_id} did not run: {refusal[1]}"
-                )
-            reason = (
-                describe_failures(failures)
-                if failures
-                else (f"  the run failed before its gates ran; see run {result.run_id} in the UI")
-            )
-            raise GateFailed(
-                f"plan {plan_id} halted at batch {batch.index} ({batch.start}..{batch.end}); "
-                f"the next batch will not start and the swap is refused:\n{reason}\n"
-                f"Fix the cause, then run the plan again: passed batches are skipped."
-            )
-        reports.append(
-            BatchReport(batch.index, batch.start, batch.end, "passed", result.run_id, seconds)
-        )
-        emit("finished", batch, reports[-1])
+        report = run_batch(
+            defs, instance, wh, table, plan, batch,
+            progress=progress, log_level=log_level, wait_s=wait_s, on_wait=on_wait,
+        )  # fmt: skip
+        reports.append(report)
+        if report.status == "passed":
+            ran += 1
     return reports
+
+
+def run_batch(
+    defs: Location,
+    instance: dg.DagsterInstance,
+    wh: Warehouse,
+    table: BackfillableTable,
+    plan: BackfillPlan,
+    batch: Batch,
+    *,
+    progress: ProgressCallback | None = None,
+    log_level: str | None = None,
+    wait_s: float = 30.0,
+    on_wait: Callable[[Waiting], None] | None = None,
+) -> BatchReport:
+    """One batch of `plan` as a run of its own in this process, under the table's writer lease;
+    its report ("passed", or "skipped (already passed)" when it passed while this waited for the
+    table). Raises GateFailed when it fails (the plan halts there), or the refusal that kept it
+    from running (a daily run queued or running, the table held, a build refused)."""
+    plan_id = plan.plan_id
+    total = len(plan.batches)
+    t0 = dt.datetime.now(dt.UTC)
+    watcher = RunWatcher(instance, batch, total, progress) if progress else None
+    waited: list[Waiting] = []
+
+    def emit(kind: Literal["finished", "skipped"], report: BatchReport) -> BatchReport:
+        if progress:
+            progress(report_event(kind, batch, total, report))
+        return report
+
+    def waiting(w: Waiting) -> None:
+        waited.append(w)
+        if on_wait is not None:
+            on_wait(w)
+
+    def before(run_id: str) -> None:
+        refuse_if_daily_in_progress(instance, table)
+        # With the table's lease held: a batch that passed while this waited for the table (a
+        # launch from the UI ran it) is not run again.
+        if waited and batch_done(instance, plan, batch):
+            raise _AlreadyPassed
+        if watcher is not None:
+            watcher.follow(run_id)
+
+    try:
+        result = run_as_writer(
+            defs,
+            shadow_job(plan.target),
+            instance,
+            wh,
+            table,
+            role=ROLE_BATCH,
+            plan_id=plan_id,
+            wait_s=wait_s,
+            before=before,
+            on_wait=waiting,
+            start=batch.start,
+            end_inclusive=batch.end,
+            tags=batch_tags(plan, batch),
+            raise_on_error=False,
+            log_level=log_level,
+        )
+    except _AlreadyPassed:
+        return emit(
+            "skipped", BatchReport(batch.index, batch.start, batch.end, "skipped (already passed)")
+        )
+    finally:
+        if watcher is not None:
+            watcher.stop()
+    seconds = (dt.datetime.now(dt.UTC) - t0).total_seconds()
+    if result.success:
+        return emit(
+            "finished",
+            BatchReport(batch.index, batch.start, batch.end, "passed", result.run_id, seconds),
+        )
+    failures = run_failures(instance, result.run_id)
+    failed = BatchReport(
+        batch.index, batch.start, batch.end, "failed", result.run_id, seconds, failures
+    )
+    emit("finished", failed)
+    refusal = run_error(result)
+    if not failures and refusal is not None and refusal[0] in _REFUSALS:
+        # The warehouse was held, another writer kept the table, a build was refused: not a
+        # gate verdict, nothing to halt on; say what it was.
+        raise _REFUSALS[refusal[0]](
+            f"batch {batch.index} of plan {plan_id} did not run: {refusal[1]}"
+        )
+    reason = (
+        describe_failures(failures)
+        if failures
+        else (f"  the run failed before its gates ran; see run {result.run_id} in the UI")
+    )
+    raise GateFailed(
+        f"plan {plan_id} halted at batch {batch.index} ({batch.start}..{batch.end}); the next "
+        f"batch will not start and the swap is refused:\n{reason}\n"
+        "Fix the cause, then run the plan again: passed batches are skipped."
+    )

@@ -36,8 +36,29 @@ from backfill_assets.service.lease import (
     writer_lease,
 )
 
+
+class RepositoryLocation:
+    """A code location's repository, used as `run_job` uses Definitions: a run that the daemon
+    launched (service.plan_runner) has its repository, not the Definitions object."""
+
+    def __init__(self, repository: dg.RepositoryDefinition) -> None:
+        self.repository = repository
+
+    def resolve_job_def(self, name: str) -> dg.JobDefinition:
+        return self.repository.get_job(name)
+
+    def resolve_implicit_global_asset_job_def(self) -> dg.JobDefinition:
+        return self.repository.get_implicit_global_asset_job_def()
+
+    def get_repository_def(self) -> dg.RepositoryDefinition:
+        return self.repository
+
+
+# Where `run_job` finds the jobs it runs: the Definitions, or a run's repository.
+Location = dg.Definitions | RepositoryLocation
+
 # The Definitions of the job `run_job` is executing in this process (see code_location).
-IN_PROCESS_LOCATION: ContextVar[dg.Definitions | None] = ContextVar(
+IN_PROCESS_LOCATION: ContextVar[Location | None] = ContextVar(
     "backfill_assets_in_process_location", default=None
 )
 
@@ -103,7 +124,7 @@ def local_process_tags() -> dict[str, str]:
 
 
 def run_job(
-    defs: dg.Definitions,
+    defs: Location,
     job_name: str,
     instance: dg.DagsterInstance,
     *,
@@ -154,7 +175,7 @@ def run_job(
 
 
 def run_as_writer(
-    defs: dg.Definitions,
+    defs: Location,
     job_name: str,
     instance: dg.DagsterInstance,
     wh: Warehouse,
