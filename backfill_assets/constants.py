@@ -31,6 +31,9 @@ ROLE_BATCH = "batch"
 ROLE_SWAP = "swap"
 ROLE_ROLLBACK = "rollback"
 ROLE_REFRESH = "refresh"
+# The daemon's run of a started plan: its batches one after another, each a run of its own
+# (service.plan_runner).
+ROLE_RUNNER = "runner"
 
 # Dagster's own tags.
 PARTITION_TAG = "dagster/partition"
@@ -100,6 +103,11 @@ REVIEW_OP = "review_backfill_plan"
 def shadow_job(table: str) -> str:
     """One backfill batch of `table`: write its shadow partitions, then every gate."""
     return f"{table}__shadow_job"
+
+
+def runner_job(table: str) -> str:
+    """The batch driver's run of a started plan of `table`: batch after batch while they may."""
+    return f"{table}__plan_runner_job"
 
 
 def swap_job(table: str) -> str:

@@ -223,6 +223,13 @@ def wh(backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     return DuckDBWarehouse(request.getfixturevalue("warehouse_path"), lock_timeout_s=2)
 
 
+# Not the DefaultRunLauncher: as for runs that execute on other machines (service.plan_runner).
+REMOTE_LAUNCHER = {
+    "module": "dagster._core.launcher.sync_in_memory_run_launcher",
+    "class": "SyncInMemoryRunLauncher",
+}
+
+
 @pytest.fixture
 def instance(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
@@ -237,6 +244,8 @@ def instance(
         overrides = {"storage": {"postgres": {"postgres_url": dagster_storage_url(url)}}}
     else:
         seed_home(request, home)
+    if request.node.get_closest_marker("remote_launcher"):
+        overrides = {**overrides, "run_launcher": REMOTE_LAUNCHER}
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
 

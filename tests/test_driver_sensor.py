@@ -41,6 +41,10 @@ INSIDE = dt.datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
 OUTSIDE = dt.datetime(2026, 12, 1, 11, 3, tzinfo=UTC)
 BEGUN = INSIDE - dt.timedelta(minutes=10)  # when runs created by these tests started
 
+# The driver's run per batch, as on an instance whose runs execute on other machines; where
+# they execute on this one it launches the plan's runner instead (tests/test_plan_runner.py).
+pytestmark = pytest.mark.remote_launcher
+
 
 def sensor(name: str, now: dt.datetime, table=ORDERS) -> dg.SensorDefinition:
     built = table_definitions(table, clock=lambda: now)

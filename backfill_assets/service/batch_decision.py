@@ -10,7 +10,8 @@ Rules, in the order they are checked (the first that applies is the reason given
 2. no other run of this plan is queued or in progress; if a batch run is still going when the
    daily run's slot starts, that is an *overrun*: the daily run waits (the instance's writer tag
    limit) and the next batch is held until the next window;
-3. batches run in order; a batch whose gates (or run) failed halts the plan;
+3. batches run in order; a batch whose gates (or run) failed halts the plan, as does a runner
+   run (service.plan_runner) that failed on its own;
 4. a hold after an overrun has expired;
 5. now is inside the plan's window and outside the daily run's slot;
 6. no daily production run of the target is queued or in progress;
@@ -95,6 +96,7 @@ def next_action(
     failed_attempts: Mapping[int, int],
     started: bool = True,
     hold_until: dt.datetime | None = None,
+    failed_runner: RunFact | None = None,
 ) -> Decision:
     """Decide what the driver does for `plan` at `now`.
 
@@ -109,6 +111,8 @@ def next_action(
             passed; the next attempt is that number plus one.
         started: whether the plan was started for the driver (approval alone is not enough).
         hold_until: after an overrun, no batch starts before this instant.
+        failed_runner: the plan's last runner run (service.plan_runner), if it failed on its
+            own since the plan was started: the plan halts as on a failed batch.
 
     Returns:
         The decision, with a reason a person reads in the sensor's tick history.
@@ -142,6 +146,11 @@ def next_action(
         return skip(
             f"batch {batch.index} ({batch.start}..{batch.end}) {what}: halted; fix the cause, "
             "then start the plan again (start_backfill_plan_job) to re-run it"
+        )
+    if failed_runner is not None:
+        return skip(
+            f"runner {failed_runner.label} failed before batch {batch.index} passed: halted; "
+            "see its logs, fix the cause, then start the plan again (start_backfill_plan_job)"
         )
 
     tz = ZoneInfo(plan.window.timezone)

@@ -29,9 +29,12 @@ from backfill_assets.constants import (
     REAPED_TAG,
     ROLE_DAILY,
     ROLE_ROLLBACK,
+    ROLE_RUNNER,
     ROLE_SWAP,
     ROLE_TAG,
     START_JOB,
+    WRITER_TAG,
+    runner_job,
     shadow_job,
 )
 from backfill_assets.errors import BackfillError, ExecutionRefused
@@ -164,12 +167,26 @@ def plan_facts(
         )
     active: list[RunFact] = []
     finished: dict[int, list[dg.RunRecord]] = defaultdict(list)
+    runners: list[dg.RunRecord] = []  # finished runner runs, newest first
     for rec in records:
         fact = _fact(rec)
         if rec.dagster_run.status in IN_PROGRESS_RUN_STATUSES:
             active.append(fact)
         elif fact.batch is not None:
             finished[fact.batch].append(rec)
+        elif fact.role == ROLE_RUNNER:
+            runners.append(rec)
+    # A runner run that failed on its own since the plan was started halts the plan as a failed
+    # batch does (a failed gate in one of its batches says so first, below).
+    last = runners[0] if runners else None
+    failed_runner = (
+        _fact(last)
+        if last is not None
+        and last.dagster_run.status == dg.DagsterRunStatus.FAILURE
+        and REAPED_TAG not in last.dagster_run.tags
+        and (started_at is None or last.create_timestamp >= started_at)
+        else None
+    )
     states: dict[int, BatchState] = {}
     attempts: dict[int, int] = {}
     for batch in plan.batches:
@@ -212,6 +229,7 @@ def plan_facts(
         "failed_attempts": attempts,
         "started": record.get(DRIVING) is True,
         "hold_until": hold,
+        "failed_runner": failed_runner,
     }
 
 
@@ -234,6 +252,23 @@ def batch_run_request(plan: BackfillPlan, decision: Decision) -> dg.RunRequest:
         job_name=shadow_job(plan.target),
         run_key=key,
         tags={**tags, **range_tags(batch.start, batch.end)},
+    )
+
+
+def runner_run_request(
+    instance: dg.DagsterInstance, plan: BackfillPlan, decision: Decision
+) -> dg.RunRequest:
+    """The runner job of the plan's table (service.plan_runner), from the batch the driver
+    would launch. Its run key counts the plan's runner runs so far: a restarted daemon
+    re-evaluating the same tick cannot launch two, and each later one gets a new key."""
+    assert decision.launch is not None
+    earlier = instance.get_runs_count(
+        dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id, ROLE_TAG: ROLE_RUNNER})
+    )
+    return dg.RunRequest(
+        job_name=runner_job(plan.target),
+        run_key=f"{plan.plan_id}-runner-{earlier + 1}",
+        tags={PLAN_ID_TAG: plan.plan_id, WRITER_TAG: plan.target, ROLE_TAG: ROLE_RUNNER},
     )
 
 
@@ -261,9 +296,11 @@ def record_overrun(
 
 
 def drive(
-    instance: dg.DagsterInstance, table: BackfillableTable, now: dt.datetime
+    instance: dg.DagsterInstance, table: BackfillableTable, now: dt.datetime, *, runner: bool
 ) -> tuple[list[dg.RunRequest], list[str]]:
-    """One driver tick over the approved plans of `table`: run requests, one reason per plan."""
+    """One driver tick over the approved plans of `table`: run requests, one reason per plan.
+    With `runner`, a plan's next batch is launched as its runner run, which carries on with the
+    batches after it (service.plan_runner); else as a run of the batch alone."""
     requests: list[dg.RunRequest] = []
     reasons: list[str] = []
     for plan_id in active_plan_ids(instance):  # not every plan ever recorded
@@ -279,7 +316,11 @@ def drive(
         if decision.overrun:
             record_overrun(instance, plan, record, decision)
         if decision.launch is not None:
-            requests.append(batch_run_request(plan, decision))
+            requests.append(
+                runner_run_request(instance, plan, decision)
+                if runner
+                else batch_run_request(plan, decision)
+            )
         reasons.append(decision.reason)
     return requests, reasons or [f"no approved plan for {table.key}"]
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 import dagster as dg
 import pytest
 
-from backfill_assets.constants import BATCH_TAG, PID_TAG, REAPED_TAG
+from backfill_assets.constants import BATCH_TAG, PID_TAG, REAPED_TAG, ROLE_RUNNER
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
 from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
@@ -107,8 +107,13 @@ def test_the_whole_instance_restarted_mid_batch_resumes_the_plan_without_a_dupli
                 for r in plan_runs(dev, plan.plan_id)
                 if r.dagster_run.tags.get(BATCH_TAG) == "1"
             ]
-            keys = {r.tags.get("dagster/run_key") for r in batch_one}
-            assert len(keys) == len(batch_one)  # each attempt its own run key
+            assert len({r.run_id for r in batch_one}) == 2  # each attempt a run of its own
+            # Both ran in runner runs the driver launched (service.plan_runner): the killed one
+            # was reaped with its batch, and did not halt the plan; the next has its own key.
+            runners = [r.dagster_run for r in plan_runs(dev, plan.plan_id, ROLE_RUNNER)]
+            keys = {r.tags.get("dagster/run_key") for r in runners}
+            assert len(keys) == len(runners) >= 2
+            assert any(REAPED_TAG in r.tags for r in runners)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)

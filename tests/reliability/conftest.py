@@ -10,7 +10,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from tests.conftest import seed_home
+from tests.conftest import REMOTE_LAUNCHER, seed_home
 from tests.reliability.harness import PROJECT_ROOT, reap_leftovers
 
 
@@ -22,9 +22,10 @@ def instance(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[dg.Dags
     home = tmp_path / "dagster_home"
     home.mkdir()
     seed_home(request, home)
-    with dg.instance_for_test(
-        temp_dir=str(home), overrides={"concurrency": config["concurrency"]}
-    ) as inst:
+    overrides = {"concurrency": config["concurrency"]}
+    if request.node.get_closest_marker("remote_launcher"):
+        overrides["run_launcher"] = REMOTE_LAUNCHER
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
         yield inst
 
 

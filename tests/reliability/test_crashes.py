@@ -339,6 +339,7 @@ def _launch_tags(request: dg.RunRequest) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.remote_launcher  # a run per batch (the runner's restart: tests/e2e/test_restart.py)
 def test_a_daemon_restarted_while_a_batch_runs_requests_no_batch_twice_and_the_plan_continues(
     defs, instance, history, warehouse_path, tmp_path
 ):

@@ -12,6 +12,7 @@ from backfill_assets.defs.table.publish import (
     build_rollback_job,
     build_swap_job,
 )
+from backfill_assets.defs.table.runner import build_runner_job
 from backfill_assets.defs.table.sensors import (
     DEFAULT_SENSOR_INTERVAL_S,
     build_batch_driver,
@@ -39,13 +40,14 @@ def table_definitions(
     refreshed after the swap). `sensor_interval_s`: the least time between two evaluations of
     the table's batch driver and of its refresh sensor.
     """
-    batch_job = build_batch_job(table)  # the batch driver launches this very job
+    batch_job = build_batch_job(table)  # the batch driver launches these very jobs
+    runner = build_runner_job(table, clock)
     return dg.Definitions(
         assets=[build_target_asset(table, downstream), build_shadow_asset(table)],
         asset_checks=[build_downstream_check(table, downstream)],
-        jobs=[batch_job, build_swap_job(table, downstream), build_rollback_job(table)],
+        jobs=[batch_job, runner, build_swap_job(table, downstream), build_rollback_job(table)],
         sensors=[
-            build_batch_driver(table, batch_job, clock, sensor_interval_s),
+            build_batch_driver(table, batch_job, runner, clock, sensor_interval_s),
             build_refresh_sensor(table, clock, sensor_interval_s),
         ],
     )

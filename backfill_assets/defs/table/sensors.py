@@ -13,6 +13,7 @@ import dagster as dg
 from backfill_assets.constants import driver_sensor, refresh_sensor
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.batch_driver import drive, follow_swaps
+from backfill_assets.service.plan_runner import runs_batches_here
 from backfill_assets.service.tables import daily_job_problems
 
 # The least seconds between two evaluations of a table's batch driver and refresh sensors
@@ -23,17 +24,20 @@ DEFAULT_SENSOR_INTERVAL_S = 15
 def build_batch_driver(
     table: BackfillableTable,
     batch_job: Any,  # shadow.build_batch_job's asset job: Dagster exports no name for its type
+    runner: dg.JobDefinition,
     clock: Callable[[], dt.datetime],
     interval_s: int,
 ) -> dg.SensorDefinition:
-    """The sensor that launches `batch_job` for the next batch of each started plan."""
+    """The sensor that launches the next batch of each started plan: as the plan's `runner` run,
+    which carries on with the batches after it, where runs execute on this machine; else as a
+    run of `batch_job` for that batch alone."""
     spec = table.spec
 
     @dg.sensor(
         name=driver_sensor(spec.name),
         minimum_interval_seconds=interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        jobs=[batch_job],
+        jobs=[batch_job, runner],
         description=f"Launches the next batch of each started, approved plan of {spec.name} "
         "inside its window, never while its daily run is queued or running, only after every "
         "gate of the previous batches passed and only if the batch fits before the window or "
@@ -50,7 +54,8 @@ def build_batch_driver(
             reason = "launching nothing: " + "; ".join(problems)
             context.log.warning(reason)
             return dg.SensorResult(run_requests=[], skip_reason=reason)
-        requests, reasons = drive(context.instance, table, clock())
+        here = runs_batches_here(context.instance)
+        requests, reasons = drive(context.instance, table, clock(), runner=here)
         for reason in reasons:
             context.log.info(reason)
         return dg.SensorResult(
