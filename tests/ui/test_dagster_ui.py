@@ -28,6 +28,7 @@ from backfill_assets.constants import (
     REVIEW_JOB,
     REVIEW_OP,
     ROLE_DAILY,
+    ROLE_RUNNER,
     ROLE_TAG,
     START_JOB,
     WRITER_TAG,
@@ -427,40 +428,44 @@ def test_a_plan_started_from_the_launchpad_runs_its_batches_around_the_daily_run
     daily_page = page.context.new_page()
     open_launchpad(daily_page, story, "orders_daily_job", partition=story.daily_day.isoformat())
 
-    # Start the plan (approving alone launches nothing); the batch driver then re-runs batch 2.
-    open_launchpad(page, story, START_JOB, plan_config("start_backfill_plan", plan.plan_id))
-    start_id = click_launch(page)
-    # No waiting on the start run's page here: the driver's next tick (5 s in these tests)
-    # launches batch 2, which can end before a loaded browser shows Success. Its row in the
-    # runs list says Success below.
+    # Start the plan (approving alone launches nothing); the batch driver then launches the
+    # plan's runner run, which runs batches 2 and 3 one after the other, each a run of its own
+    # (service.plan_runner). On this small table a batch lasts a second: to launch the daily run
+    # while the runner is in progress, the test takes the table's writer lease first, as a
+    # command would, so the runner waits for it before batch 2.
+    wh = dev.wh()
+    hold = holder_for_command("ui test: holds the runner before batch 2")
+    acquire_writer(dev.instance, wh, plan.target, hold, wait_s=30)
+    try:
+        open_launchpad(page, story, START_JOB, plan_config("start_backfill_plan", plan.plan_id))
+        start_id = click_launch(page)
 
-    def batch_holding_the_writer_slot() -> dg.DagsterRun | None:
-        for rec in plan_runs(dev, plan.plan_id):
-            run = rec.dagster_run
-            if run.tags.get(BATCH_TAG) == "2" and run.status in (
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ):
-                return run
-        return None
+        def runner_in_progress() -> dg.DagsterRun | None:
+            for rec in plan_runs(dev, plan.plan_id, ROLE_RUNNER):
+                if rec.dagster_run.status == dg.DagsterRunStatus.STARTED:
+                    return rec.dagster_run
+            return None
 
-    batch2 = wait_for("batch 2 to start", batch_holding_the_writer_slot, RUN_TIMEOUT_S, dev)
-    # A daily run launched now waits in the queue: the instance runs one writer at a time. (The
-    # other way round never happens: the driver submits no batch while a daily run is queued or
-    # running, so a batch is never the one queued behind a daily run; see below.)
-    daily_id = click_launch(daily_page)
-    page.goto(story.url("/runs"))
-    expect(run_row(page, daily_id)).to_contain_text("Queued")
-    expect(run_row(page, start_id)).to_contain_text("Success")
-    batch_row = run_row(page, batch2.run_id)
-    expect(batch_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
-    expect(batch_row).to_contain_text(f"{BATCH_TAG}: 2")
-    expect(batch_row).to_contain_text(DRIVER_SENSOR[:12])  # launched by the driver sensor
-    shot(page, "ui-runs-queue")
-    run_row(page, daily_id).get_by_text("View queue criteria").click()
-    criteria = page.get_by_role("dialog")
-    expect(criteria).to_contain_text("backfill_assets/writer")
-    shot(page, "ui-queue-criteria")
+        runner = wait_for("the plan's runner to start", runner_in_progress, RUN_TIMEOUT_S, dev)
+        # A daily run launched now waits in the queue: the instance runs one writer at a time,
+        # and the runner holds the table's writer slot. (The other way round never happens:
+        # the driver launches no runner, and a runner starts no batch, while a daily run is
+        # queued or running; see below.)
+        daily_id = click_launch(daily_page)
+        page.goto(story.url("/runs"))
+        expect(run_row(page, daily_id)).to_contain_text("Queued")
+        expect(run_row(page, start_id)).to_contain_text("Success")
+        runner_row = run_row(page, runner.run_id)
+        expect(runner_row).to_contain_text(f"{PLAN_ID_TAG}: {plan.plan_id}")
+        expect(runner_row).to_contain_text(f"{ROLE_TAG}: {ROLE_RUNNER}")
+        expect(runner_row).to_contain_text(DRIVER_SENSOR[:12])  # launched by the driver sensor
+        shot(page, "ui-runs-queue")
+        run_row(page, daily_id).get_by_text("View queue criteria").click()
+        criteria = page.get_by_role("dialog")
+        expect(criteria).to_contain_text("backfill_assets/writer")
+        shot(page, "ui-queue-criteria")
+    finally:
+        wh.release_writer(plan.target, hold.holder_id)
 
     # While the daily run runs, the driver launches no batch, and each tick says why.
     wait_for(
@@ -502,17 +507,20 @@ def test_a_plan_started_from_the_launchpad_runs_its_batches_around_the_daily_run
         expect(row).to_contain_text("Success")
     shot(page, "ui-batch-runs")
 
-    # The record behind the screenshots: the daily run was queued while batch 2 ran and started
-    # after it; batch 3 was created only after the daily run had finished.
+    # The record behind the screenshots: the daily run was queued while the runner held the
+    # writer slot and started after it ended, before batch 2; batches 2 and 3 were created only
+    # after the daily run had finished, by the driver's next runner.
     instance = dev.instance
     daily = instance.get_run_record_by_id(daily_id)
-    b2 = instance.get_run_record_by_id(batch2.run_id)
-    b3 = next(r for r in passed if r.dagster_run.tags[BATCH_TAG] == "3")
-    assert daily and b2 and daily.dagster_run.tags.get(ROLE_TAG) == ROLE_DAILY
+    first_runner = instance.get_run_record_by_id(runner.run_id)
+    assert daily and first_runner and daily.dagster_run.tags.get(ROLE_TAG) == ROLE_DAILY
     assert daily.dagster_run.status == dg.DagsterRunStatus.SUCCESS
-    assert b2.end_time and daily.start_time and daily.end_time
-    assert daily.create_timestamp.timestamp() < b2.end_time <= daily.start_time
-    assert b3.create_timestamp.timestamp() >= daily.end_time
+    assert first_runner.dagster_run.status == dg.DagsterRunStatus.SUCCESS  # ended: not now
+    assert first_runner.end_time and daily.start_time and daily.end_time
+    assert daily.create_timestamp.timestamp() < first_runner.end_time <= daily.start_time
+    for n in ("2", "3"):
+        rec = next(r for r in passed if r.dagster_run.tags[BATCH_TAG] == n)
+        assert rec.create_timestamp.timestamp() >= daily.end_time
     assert status_of(story, start_id) == dg.DagsterRunStatus.SUCCESS
 
 
@@ -690,12 +698,23 @@ def test_the_target_shows_its_runbook(story: Story, page: Page, shot: Shot):
     """The table's runbook, generated from its declaration (lib/runbook.py), is Markdown
     metadata of the target asset: its page lists it, and it opens as Markdown."""
     page.set_viewport_size(TALL)
-    page.goto(story.url("/assets/orders_daily"))
-    row = page.get_by_role("row").filter(has_text="backfill_assets/runbook")
-    expect(row).to_be_visible(timeout=30_000)
-    row.get_by_text("[Show Markdown]").click()
     dialog = page.get_by_role("dialog")
-    expect(dialog.get_by_role("heading", name="Backfill runbook: orders_daily")).to_be_visible()
+    heading = dialog.get_by_role("heading", name="Backfill runbook: orders_daily")
+
+    def runbook_open() -> bool:
+        # The asset page renders again as the instance's last runs' events arrive; a click
+        # during that lands on nothing (seen twice in five runs), so the page is opened anew.
+        page.goto(story.url("/assets/orders_daily"))
+        row = page.get_by_role("row").filter(has_text="backfill_assets/runbook")
+        try:
+            expect(row).to_be_visible(timeout=20_000)
+            row.get_by_text("[Show Markdown]").click()
+            expect(heading).to_be_visible(timeout=10_000)
+        except AssertionError:
+            return False
+        return True
+
+    wait_for("the runbook's Markdown to open", runbook_open, 120, story.dev)
     expect(
         dialog.get_by_text(f"idle window: {ORDERS.backfill_window}", exact=False)
     ).to_be_visible()
