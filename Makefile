@@ -26,12 +26,13 @@ demo: setup $(if $(filter postgres,$(WAREHOUSE)),postgres,)
 
 ## The whole suite: lint, type check, then every test (slow end-to-end ones included).
 # Two workers, one per core: the suite is CPU-bound (load average 4-5 while it runs), and three
-# workers took as long on a clean clone (pytest 24:15 against 24:02 for two, 2026-12-02).
+# workers took as long on a clean clone (pytest 24:15 against 24:02 for two, 2026-12-02). The
+# 40 slowest tests are listed at the end, to keep the suite's time in view.
 test: setup browser postgres
 	$(BIN)/ruff check backfill_assets tests bench
 	$(BIN)/lint-imports
 	$(BIN)/pyright
-	$(BIN)/pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/pytest -q -ra -n 2 --dist loadfile --no-loadscope-reorder --durations=40
 
 ## For iteration: the unit and contract tests only (on DuckDB and a throwaway PostgreSQL
 ## server), without the end-to-end, browser, reliability and slow tests (about 4 minutes on
