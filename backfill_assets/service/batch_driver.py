@@ -49,7 +49,7 @@ from backfill_assets.lib.states import (
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
 from backfill_assets.service.batch_decision import Decision, RunFact, batch_run_key, next_action
-from backfill_assets.service.executor import batch_done, batch_tags
+from backfill_assets.service.executor import batch_tags, passed_batches
 from backfill_assets.service.gating import gate_states
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.lease import live_runner, reap_dead_local_runs, runner_refusal
@@ -150,8 +150,12 @@ def plan_facts(
     table: BackfillableTable,
     plan: BackfillPlan,
     record: Mapping[str, Any],
+    *,
+    ignore_run: str | None = None,
 ) -> dict[str, Any]:
-    """Everything `next_action` takes besides the plan and the clock, read from the instance."""
+    """Everything `next_action` takes besides the plan and the clock, read from the instance.
+    `ignore_run`: the run asking (a runner run), not counted as a run of the plan in
+    progress."""
     started_at = _instant(record.get(STARTED_AT))
     records = instance.get_run_records(
         dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}), limit=RUN_HISTORY_LIMIT
@@ -170,6 +174,8 @@ def plan_facts(
     runners: list[dg.RunRecord] = []  # finished runner runs, newest first
     for rec in records:
         fact = _fact(rec)
+        if fact.run_id == ignore_run:
+            continue
         if rec.dagster_run.status in IN_PROGRESS_RUN_STATUSES:
             active.append(fact)
         elif fact.batch is not None:
@@ -189,8 +195,12 @@ def plan_facts(
     )
     states: dict[int, BatchState] = {}
     attempts: dict[int, int] = {}
-    for batch in plan.batches:
-        if batch_done(instance, plan, batch):
+    # With a run of the plan in progress the driver waits whatever the batches' states (rule 2
+    # of batch_decision): they are not read, which would cost a tick or a runner's step the
+    # gates of every partition of the plan.
+    passed = set() if active else passed_batches(instance, plan)
+    for batch in [] if active else plan.batches:
+        if batch.index in passed:
             states[batch.index] = BatchState.PASSED
             continue
         runs = finished.get(batch.index, [])

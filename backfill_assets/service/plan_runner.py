@@ -66,9 +66,8 @@ def run_started_plan(
             log(f"plan {plan_id} is {record.get('status') or 'not recorded'}: no batch to run")
             return reports
         plan = BackfillPlan.from_dict(record["plan"])
-        facts = plan_facts(instance, table, plan, record)
         # This run is the plan's run in progress; the rules are about any other.
-        facts["active_runs"] = [r for r in facts["active_runs"] if r.run_id != runner_run_id]
+        facts = plan_facts(instance, table, plan, record, ignore_run=runner_run_id)
         decision = next_action(plan, clock(), **facts)
         if decision.overrun:
             record_overrun(instance, plan, record, decision)
