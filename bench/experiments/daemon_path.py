@@ -1,10 +1,13 @@
 """What the daemon's path costs a batch: a plan started for the batch driver under `dagster dev`.
 
     python -m bench.experiments.daemon_path [--batches 10] [--orders-per-day 300] [--repeats 1]
+        [--storage sqlite|postgres]
 
 Each repeat: a fresh DAGSTER_HOME holding the shipped dagster.yaml (SQLite storage, the
-default run launcher and queue), a fresh DuckDB warehouse with the example's history, `dagster
-dev` over the example's workspace with the sensors at their default interval (15 s). A plan of
+default run launcher and queue) and a fresh DuckDB warehouse with the example's history; with
+`--storage postgres`, the shipped dagster.postgres.yaml (dagster-postgres storage) and the
+warehouse, each in a database of its own on a throwaway server. Then `dagster dev` over the
+example's workspace with the sensors at their default interval (15 s). A plan of
 `--batches` ISO weeks, its window around now, is approved and started as `backfill-assets start`
 does; the driver then launches the plan's runner run (service.plan_runner), which runs the
 batches. When every batch passed, `dagster dev` is stopped and each batch's warehouse work (the
@@ -53,10 +56,19 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=10)
     ap.add_argument("--orders-per-day", type=int, default=300, metavar="N")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite")
     args = ap.parse_args()
     for i in range(args.repeats):
-        with tempfile.TemporaryDirectory(prefix="daemon-path-") as tmp:
-            figures = one_repeat(Path(tmp), args.batches, args.orders_per_day)
+        with contextlib.ExitStack() as stack:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="daemon-path-")))
+            server = None
+            if args.storage == "postgres":
+                from backfill_assets.testing.throwaway_postgres import throwaway_postgres
+                from bench.harness.pg_data import PgServer
+
+                server = PgServer(stack.enter_context(throwaway_postgres()))
+                server.configure()
+            figures = one_repeat(tmp, args.batches, args.orders_per_day, server)
         print(f"repeat {i + 1}: " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
 
 
@@ -76,7 +88,21 @@ def _wait(what: str, check: Any, timeout: float, poll_s: float = 0.5) -> Any:
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def one_repeat(tmp: Path, batches: int, orders_per_day: int) -> dict[str, Any]:
+def _postgres_env(url: str) -> dict[str, str]:
+    """The DAGSTER_PG_* variables dagster.postgres.yaml reads, for the database at `url`."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return {
+        "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(parts.port or 5432),
+        "DAGSTER_PG_USERNAME": parts.username or "postgres",
+        "DAGSTER_PG_PASSWORD": parts.password or "",
+        "DAGSTER_PG_DB": parts.path.lstrip("/"),
+    }
+
+
+def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dict[str, Any]:
     import dagster as dg
     import requests
 
@@ -91,10 +117,15 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int) -> dict[str, Any]:
     from backfill_assets.service.executor import batch_done
     from backfill_assets.service.planner import plan_backfill
 
-    home, warehouse = tmp / "dagster_home", tmp / "warehouse.duckdb"
+    home = tmp / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((REPO_DIR / "dagster_home" / "dagster.yaml").read_text())
-    os.environ["DAGSTER_HOME"], os.environ[WAREHOUSE_ENV] = str(home), str(warehouse)
+    shipped = "dagster.yaml" if server is None else "dagster.postgres.yaml"
+    (home / "dagster.yaml").write_text((REPO_DIR / "dagster_home" / shipped).read_text())
+    warehouse = str(tmp / "warehouse.duckdb")
+    if server is not None:
+        os.environ.update(_postgres_env(server.create("dagster")))
+        warehouse = server.create("warehouse")
+    os.environ["DAGSTER_HOME"], os.environ[WAREHOUSE_ENV] = str(home), warehouse
     defs = example_definitions()
     instance = dg.DagsterInstance.get()
     today = dt.datetime.now(UTC).date()
@@ -103,12 +134,12 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int) -> dict[str, Any]:
     first = last_monday - dt.timedelta(weeks=batches - 1)
     last = last_monday + dt.timedelta(days=6)
     land_days(defs, instance, first, last, orders_per_day)
-    write_history(instance, open_warehouse(str(warehouse)), first, last, logic="1")
+    write_history(instance, open_warehouse(warehouse), first, last, logic="1")
     now = dt.datetime.now(UTC)
     daily_at = (now + dt.timedelta(hours=12)).time().replace(second=0, microsecond=0)
     table = dataclasses.replace(ORDERS, daily_expected_start=daily_at)
     window = f"{now - dt.timedelta(hours=1):%H:%M}-{now + dt.timedelta(hours=3):%H:%M}"
-    wh = open_warehouse(str(warehouse))
+    wh = open_warehouse(warehouse)
     plan = plan_backfill(
         PlanRequest(ORDERS.key, first.isoformat(), last.isoformat(), window, "UTC", "backup"),
         asset_graph=defs.resolve_asset_graph(),
@@ -165,7 +196,7 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int) -> dict[str, Any]:
     ]
     recs.sort(key=lambda r: int(r.dagster_run.tags[BATCH_TAG]))
     assert len(recs) == batches, [r.dagster_run.tags[BATCH_TAG] for r in recs]
-    work = _warehouse_work(table, plan, str(warehouse))
+    work = _warehouse_work(table, plan, warehouse)
     launch_to_end = [r.end_time - r.create_timestamp.timestamp() for r in recs]  # type: ignore[operator]
     between = [
         b.create_timestamp.timestamp() - a.end_time  # type: ignore[operator]
@@ -176,7 +207,9 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int) -> dict[str, Any]:
     # Flat as the instance fills: the last batches' launch to end against the first ones'.
     k = min(20, batches // 2) or 1
     flat = ms(launch_to_end[-k:]) / ms(launch_to_end[:k])
+    instance.dispose()
     return {
+        "storage": type(instance.run_storage).__name__,
         "batches": batches,
         "launch to end (median)": f"{ms(launch_to_end):.2f} s",
         "warehouse work (median)": f"{ms(work):.2f} s",

@@ -51,6 +51,7 @@ from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV, open_warehouse
 from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.batch_driver import start_plan
 from backfill_assets.service.guards import writer_runs_in_progress
+from backfill_assets.service.lease import acquire_writer, holder_for_command
 from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import plan_statuses
 from backfill_assets.service.refresh import refresh_requests
@@ -377,6 +378,11 @@ def finished(d: Dev, run_id: str) -> dg.RunRecord | None:
     return rec if rec and rec.dagster_run.is_finished else None
 
 
+def status_of(d: Dev, run_id: str) -> dg.DagsterRunStatus | None:
+    run = d.instance.get_run_by_id(run_id)
+    return run.status if run is not None else None
+
+
 def succeeded(d: Dev, run_id: str, timeout: float = RUN_TIMEOUT_S) -> dg.RunRecord:
     rec = wait_for(f"run {run_id} to finish", lambda: finished(d, run_id), timeout, d)
     assert rec.dagster_run.status == dg.DagsterRunStatus.SUCCESS, d.log_tail()
@@ -467,8 +473,10 @@ def test_a_plan_started_from_the_launchpad_completes_through_the_sensor_around_a
 
 
 def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
-    """Start a plan from the Launchpad; while batch 1 runs, launch a daily run; both batches pass
-    around it, through the driver sensor; swap from the Launchpad and watch the refresh runs."""
+    """Start a plan from the Launchpad; while its runner run is in progress, launch a daily run:
+    it queues, the runner ends before its next batch, the daily run runs, and a new runner
+    passes both batches after it, through the driver sensor; swap from the Launchpad and watch
+    the refresh runs."""
     claim_target(dev)
     now = dt.datetime.now(UTC)
     window = window_around(now, -dt.timedelta(hours=1), dt.timedelta(hours=2))
@@ -479,31 +487,39 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
     assert len(plan.batches) == 2
     approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
     start_config = {"ops": {"start_backfill_plan": {"config": {"plan_id": plan.plan_id}}}}
-    # Not waited for here: on a busy machine batch 1 (two days) can start and end while a wait
-    # for the start run's success polls; batch 1 is watched for from now on instead.
-    start_run = launch(dev, START_JOB, start_config)
+    # A batch of this small table lasts a fraction of a second, and the runner starts the next
+    # one at once: to launch the daily run while the runner is in progress whatever the
+    # machine's speed, the test takes the table's writer lease first, as a command would, so the
+    # runner waits for it before batch 1.
+    wh = dev.wh()
+    hold = holder_for_command("e2e: holds the runner before batch 1")
+    acquire_writer(dev.instance, wh, ORDERS.key, hold, wait_s=30)
+    try:
+        start_run = launch(dev, START_JOB, start_config)
 
-    # While batch 1 runs, a daily production run is launched from the UI: only its first step
-    # (the target's write), since the dbt models after it would add a minute and prove nothing.
-    # Batch 1 counts as running from STARTING (its run worker starting: it holds the writer
-    # slot already): its steps alone can take less than a poll, and were missed so.
-    def batch_one_running() -> dg.RunRecord | None:
-        for rec in plan_runs(dev, plan.plan_id):
-            run = rec.dagster_run
-            if run.tags.get(BATCH_TAG) == "1" and run.status in (
-                dg.DagsterRunStatus.STARTING,
-                dg.DagsterRunStatus.STARTED,
-            ):
-                return rec
-        return None
+        def runner_started() -> dg.RunRecord | None:
+            for rec in plan_runs(dev, plan.plan_id, ROLE_RUNNER):
+                if rec.dagster_run.status == dg.DagsterRunStatus.STARTED:
+                    return rec
+            return None
 
-    batch_one = wait_for("batch 1 to start", batch_one_running, RUN_TIMEOUT_S, dev)
+        runner = wait_for("the plan's runner to start", runner_started, RUN_TIMEOUT_S, dev)
+        # The daily production run, launched from the UI: only its first step (the target's
+        # write), since the dbt models after it would add a minute and prove nothing. It waits
+        # in the queue: the runner holds the table's writer slot.
+        daily_day = (dev.today - dt.timedelta(days=1)).isoformat()  # within the daily lookback
+        daily_id = launch(
+            dev, "orders_daily_job", {}, {"dagster/partition": daily_day}, assets=[ORDERS.key]
+        )
+        wait_for(
+            "the daily run to be queued",
+            lambda: status_of(dev, daily_id) == dg.DagsterRunStatus.QUEUED,
+            RUN_TIMEOUT_S,
+            dev,
+        )
+    finally:
+        wh.release_writer(ORDERS.key, hold.holder_id)
     succeeded(dev, start_run)
-    # A day within the daily job's lookback: older days are backfill territory, refused.
-    daily_day = (dev.today - dt.timedelta(days=1)).isoformat()
-    daily_id = launch(
-        dev, "orders_daily_job", {}, {"dagster/partition": daily_day}, assets=[ORDERS.key]
-    )
 
     def all_batches_succeeded() -> list[dg.RunRecord] | None:
         recs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
@@ -515,6 +531,7 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
 
     batches = wait_for("both batches to pass", all_batches_succeeded, 3 * RUN_TIMEOUT_S, dev)
     daily = succeeded(dev, daily_id)
+    first = succeeded(dev, runner.dagster_run.run_id)  # it ended: not now, nothing failed
 
     # Each batch a run of its own, run by the driver's runner runs (service.plan_runner), each
     # with its deterministic run key; no run per batch from the sensor.
@@ -522,18 +539,15 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
     runners = plan_runs(dev, plan.plan_id, ROLE_RUNNER)
     keys = sorted(r.dagster_run.tags.get("dagster/run_key", "") for r in runners)
     assert keys == [f"{plan.plan_id}-runner-{i}" for i in range(1, len(runners) + 1)]
-    # The daily run was queued while batch 1 ran, started after it, and overlapped no batch.
-    batch_one_end = _end(batch_one, dev)
+    assert len(runners) >= 2
+    # The daily run was queued while the first runner ran, started after it ended, and no batch
+    # was even created before the daily run had finished: the runner ended before batch 1, and
+    # the driver held the next one, not only the instance's writer tag limit.
     assert daily.start_time is not None and daily.end_time is not None
-    assert daily.create_timestamp.timestamp() < batch_one_end <= daily.start_time
-    # No batch was even started while the daily run was queued or running: the runner ended
-    # before the next batch, and the driver held it, not only the instance's writer tag limit.
+    assert first.end_time is not None
+    assert daily.create_timestamp.timestamp() < first.end_time <= daily.start_time
     for rec in batches:
-        assert rec.start_time is not None and rec.end_time is not None
-        created = rec.create_timestamp.timestamp()
-        assert created <= daily.create_timestamp.timestamp() or created >= daily.end_time
-        overlap = min(rec.end_time, daily.end_time) - max(rec.start_time, daily.start_time)
-        assert overlap <= 0, f"batch run {rec.dagster_run.run_id} overlapped the daily run"
+        assert rec.create_timestamp.timestamp() >= daily.end_time
 
     # Swap from the Launchpad publishing the target alone (`downstream: false`, the CLI's
     # --no-refresh): the refresh sensor requests one run per grain of the impact set. (With the
@@ -567,12 +581,6 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
     first = by_key[expected[0]].dagster_run
     assert "fct_daily_revenue" in {k.to_user_string() for k in first.asset_selection or []}
     succeeded(dev, first.run_id)
-
-
-def _end(rec: dg.RunRecord, d: Dev) -> float:
-    done = succeeded(d, rec.dagster_run.run_id)
-    assert done.end_time is not None
-    return done.end_time
 
 
 LAUNCH_BACKFILL = """

@@ -18,7 +18,11 @@ from backfill_assets.errors import ExecutionRefused
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.lease import mark_this_process
 from backfill_assets.service.plan_runner import run_started_plan
-from backfill_assets.service.runs import RepositoryLocation, code_location_repository
+from backfill_assets.service.runs import (
+    RepositoryLocation,
+    code_location_repository,
+    hold_connections,
+)
 
 
 def build_runner_job(
@@ -44,6 +48,8 @@ def build_runner_job(
             )
         # Its batches run in this process: if it dies, the driver reaps this run and them.
         mark_this_process(context.instance, context.run)
+        # And store their events: the storages keep their connections, as the CLI's `run` does.
+        hold_connections(context.instance)
         reports = run_started_plan(
             RepositoryLocation(repository),
             context.instance,
