@@ -207,6 +207,11 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dic
     # Flat as the instance fills: the last batches' launch to end against the first ones'.
     k = min(20, batches // 2) or 1
     flat = ms(launch_to_end[-k:]) / ms(launch_to_end[:k])
+    phases = [_phases(instance, r) for r in recs]
+    growth = {}
+    for name in phases[0]:
+        first, last = ms([p[name] for p in phases[:k]]), ms([p[name] for p in phases[-k:]])
+        growth[name] = f"{first:.3f} -> {last:.3f} s"
     instance.dispose()
     return {
         "storage": type(instance.run_storage).__name__,
@@ -217,8 +222,33 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dic
         "orchestration (worst)": f"{max(orchestration):.2f} s",
         "between batches (median)": f"{ms(between):.2f} s" if between else "n/a",
         f"last {k} / first {k} (launch to end)": f"{flat:.2f}",
+        f"first {k} -> last {k}, per phase (median)": growth,
         "start to last batch's end": f"{done - started:.1f} s",
         "per batch over the plan": f"{(done - started) / batches:.2f} s",
+    }
+
+
+def _phases(instance: Any, rec: Any) -> dict[str, float]:
+    """Where a batch run's time went, from its events: creation to start, start to its step,
+    the step, and the step's end to the run's end."""
+    import dagster as dg
+
+    names = {
+        dg.DagsterEventType.RUN_START.value: "RUN_START",
+        dg.DagsterEventType.STEP_START.value: "STEP_START",
+        dg.DagsterEventType.STEP_SUCCESS.value: "STEP_SUCCESS",
+        dg.DagsterEventType.RUN_SUCCESS.value: "RUN_SUCCESS",
+    }
+    at: dict[str, float] = {}
+    for e in instance.all_logs(rec.dagster_run.run_id):
+        kind = names.get(e.dagster_event.event_type_value if e.dagster_event else "")
+        if kind is not None and (kind.endswith("SUCCESS") or kind not in at):
+            at[kind] = e.timestamp
+    return {
+        "created to run start": at["RUN_START"] - rec.create_timestamp.timestamp(),
+        "run start to step": at["STEP_START"] - at["RUN_START"],
+        "step": at["STEP_SUCCESS"] - at["STEP_START"],
+        "step end to run end": at["RUN_SUCCESS"] - at["STEP_SUCCESS"],
     }
 
 
