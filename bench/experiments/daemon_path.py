@@ -18,7 +18,9 @@ same data, and timed. Per batch:
 - orchestration: launch to end less the batch's warehouse work (issue #46: goal <= 2 s);
 - between batches: from a batch run's end to the next one's creation;
 - the last 20 batches' launch to end against the first 20's (median over each; fewer on a
-  shorter plan): flat as the instance fills (issue #46's goal <= 1.1, for five years);
+  shorter plan): flat as the instance fills (issue #46's goal <= 1.1, for five years), and
+  where a batch run's time went, first 20 against last 20, split by its events: creation to
+  the run's start, start to its step, the step, the step's end to the run's end;
 - and over the plan: from the start to the last batch's end, divided by the batches (this
   includes the first tick, up to 15 s, and the runner run's own start-up).
 
