@@ -165,3 +165,18 @@ def throwaway_postgres() -> Iterator[ThrowawayPostgres]:
         yield server
     finally:
         server.stop()
+
+
+def dagster_pg_env(url: str) -> dict[str, str]:
+    """The DAGSTER_PG_* variables the shipped dagster.postgres.yaml reads, for the database at
+    `url` (dagster-postgres storage on a throwaway server)."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    return {
+        "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
+        "DAGSTER_PG_PORT": str(parts.port or 5432),
+        "DAGSTER_PG_USERNAME": parts.username or "postgres",
+        "DAGSTER_PG_PASSWORD": parts.password or "",
+        "DAGSTER_PG_DB": parts.path.lstrip("/"),
+    }

@@ -90,20 +90,6 @@ def _wait(what: str, check: Any, timeout: float, poll_s: float = 0.5) -> Any:
     raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def _postgres_env(url: str) -> dict[str, str]:
-    """The DAGSTER_PG_* variables dagster.postgres.yaml reads, for the database at `url`."""
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    return {
-        "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
-        "DAGSTER_PG_PORT": str(parts.port or 5432),
-        "DAGSTER_PG_USERNAME": parts.username or "postgres",
-        "DAGSTER_PG_PASSWORD": parts.password or "",
-        "DAGSTER_PG_DB": parts.path.lstrip("/"),
-    }
-
-
 def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dict[str, Any]:
     import dagster as dg
     import requests
@@ -125,7 +111,9 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dic
     (home / "dagster.yaml").write_text((REPO_DIR / "dagster_home" / shipped).read_text())
     warehouse = str(tmp / "warehouse.duckdb")
     if server is not None:
-        os.environ.update(_postgres_env(server.create("dagster")))
+        from backfill_assets.testing.throwaway_postgres import dagster_pg_env
+
+        os.environ.update(dagster_pg_env(server.create("dagster")))
         warehouse = server.create("warehouse")
     os.environ["DAGSTER_HOME"], os.environ[WAREHOUSE_ENV] = str(home), warehouse
     defs = example_definitions()

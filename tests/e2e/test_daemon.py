@@ -56,6 +56,7 @@ from backfill_assets.service.planner import plan_backfill
 from backfill_assets.service.plans import plan_statuses
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.swap import abandon_plan, release_backup
+from backfill_assets.testing.throwaway_postgres import dagster_pg_env
 from tests.helpers import poll
 
 pytestmark = pytest.mark.slow
@@ -222,7 +223,7 @@ def dev_server(
             from tests.conftest import fresh_database
 
             instance_config(home, "dagster.postgres.yaml")
-            for key, value in postgres_env(fresh_database(postgres, "dagster")).items():
+            for key, value in dagster_pg_env(fresh_database(postgres, "dagster")).items():
                 mp.setenv(key, value)
             warehouse = fresh_database(postgres, "warehouse")
         mp.setenv("DAGSTER_HOME", str(home))
@@ -253,20 +254,6 @@ def instance_config(home: Path, shipped: str = "dagster.yaml") -> None:
     """`home`/dagster.yaml: the project's `shipped` instance config, with FAST_DEQUEUE."""
     text = (REPO / "dagster_home" / shipped).read_text()
     (home / "dagster.yaml").write_text(text + FAST_DEQUEUE)
-
-
-def postgres_env(url: str) -> dict[str, str]:
-    """The DAGSTER_PG_* variables dagster.postgres.yaml reads, for the database at `url`."""
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(url)
-    return {
-        "DAGSTER_PG_HOST": parts.hostname or "127.0.0.1",
-        "DAGSTER_PG_PORT": str(parts.port or 5432),
-        "DAGSTER_PG_USERNAME": parts.username or "postgres",
-        "DAGSTER_PG_PASSWORD": parts.password or "",
-        "DAGSTER_PG_DB": parts.path.lstrip("/"),
-    }
 
 
 def _seed_history(instance: dg.DagsterInstance, warehouse: str, today: dt.date) -> None:
