@@ -1,8 +1,9 @@
 """The whole instance restarted mid-plan: webserver, daemon, code server and the batch's run worker
 killed at once (SIGKILL to `dagster dev`'s process group) while a batch writes, then started again.
 
-No batch runs twice to success (run keys are deterministic per attempt), the killed batch's run
-is reaped rather than left STARTED forever, and the driver resumes the plan inside its window.
+No batch runs twice to success, the killed batch's run and its runner run are reaped rather than
+left STARTED forever, and the driver resumes the plan inside its window with a new runner (run
+keys are deterministic per runner).
 """
 
 from __future__ import annotations
