@@ -265,13 +265,10 @@ def batch_run_request(plan: BackfillPlan, decision: Decision) -> dg.RunRequest:
     )
 
 
-def runner_run_request(
-    instance: dg.DagsterInstance, plan: BackfillPlan, decision: Decision
-) -> dg.RunRequest:
-    """The runner job of the plan's table (service.plan_runner), from the batch the driver
-    would launch. Its run key counts the plan's runner runs so far: a restarted daemon
+def runner_run_request(instance: dg.DagsterInstance, plan: BackfillPlan) -> dg.RunRequest:
+    """The runner job of the plan's table (service.plan_runner), which starts at the batch the
+    driver would launch. Its run key counts the plan's runner runs so far: a restarted daemon
     re-evaluating the same tick cannot launch two, and each later one gets a new key."""
-    assert decision.launch is not None
     earlier = instance.get_runs_count(
         dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id, ROLE_TAG: ROLE_RUNNER})
     )
@@ -327,9 +324,7 @@ def drive(
             record_overrun(instance, plan, record, decision)
         if decision.launch is not None:
             requests.append(
-                runner_run_request(instance, plan, decision)
-                if runner
-                else batch_run_request(plan, decision)
+                runner_run_request(instance, plan) if runner else batch_run_request(plan, decision)
             )
         reasons.append(decision.reason)
     return requests, reasons or [f"no approved plan for {table.key}"]

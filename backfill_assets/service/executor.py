@@ -164,10 +164,17 @@ def describe_failures(failures: tuple[GateFailure, ...]) -> str:
     return "\n".join(lines)
 
 
+def runs_batches_here(instance: dg.DagsterInstance) -> bool:
+    """Whether this instance's runs execute on this machine (Dagster's default run launcher), so
+    that a process here may run batches and tell a dead one from a slow one: `run`, and the
+    daemon's runner run (service.plan_runner)."""
+    return type(instance.run_launcher).__name__ == "DefaultRunLauncher"
+
+
 def refuse_unless_local(instance: dg.DagsterInstance, command: str) -> None:
     """`run` executes runs in this process; refuse on an instance whose runs execute elsewhere."""
-    launcher = type(instance.run_launcher).__name__
-    if launcher != "DefaultRunLauncher":
+    if not runs_batches_here(instance):
+        launcher = type(instance.run_launcher).__name__
         raise ExecutionRefused(
             f"this instance launches runs with {launcher}, so they execute on other machines; "
             f"`{command}` runs batches in this process and could not see or reap them there. "

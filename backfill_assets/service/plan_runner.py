@@ -37,12 +37,6 @@ from backfill_assets.service.plans import latest_plan_record
 from backfill_assets.service.runs import Location
 
 
-def runs_batches_here(instance: dg.DagsterInstance) -> bool:
-    """Whether this instance's runs execute on this machine, so one run may carry a plan's
-    batches (`run_started_plan`)."""
-    return type(instance.run_launcher).__name__ == "DefaultRunLauncher"
-
-
 def run_started_plan(
     location: Location,
     instance: dg.DagsterInstance,

@@ -13,7 +13,7 @@ import dagster as dg
 from backfill_assets.constants import driver_sensor, refresh_sensor
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.service.batch_driver import drive, follow_swaps
-from backfill_assets.service.plan_runner import runs_batches_here
+from backfill_assets.service.executor import runs_batches_here
 from backfill_assets.service.tables import daily_job_problems
 
 # The least seconds between two evaluations of a table's batch driver and refresh sensors
