@@ -1,11 +1,10 @@
 """Helpers the tests share: run a plan, swap or roll back the way the CLI does (in-process, under
-the table's writer lease), read a refusal out of a failed run, and poll for a condition."""
+the table's writer lease), and read a refusal out of a failed run. Polling for a condition is
+`backfill_assets.testing.waiting.poll`, which the bench uses too."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
@@ -73,15 +72,3 @@ def failure_description(result: dg.ExecuteInProcessResult) -> str:
             if err is not None:
                 return err.message
     return ""
-
-
-def poll(check: Callable[[], Any], timeout: float, interval: float) -> Any:
-    """Call `check` every `interval` s until it returns something truthy, and return that; None
-    after `timeout` s. The callers decide how a timeout fails."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
-    return None

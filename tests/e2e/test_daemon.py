@@ -57,7 +57,7 @@ from backfill_assets.service.plans import plan_statuses
 from backfill_assets.service.refresh import refresh_requests
 from backfill_assets.service.swap import abandon_plan, release_backup
 from backfill_assets.testing.throwaway_postgres import dagster_pg_env
-from tests.helpers import poll
+from backfill_assets.testing.waiting import poll
 
 pytestmark = pytest.mark.slow
 

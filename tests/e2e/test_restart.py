@@ -23,6 +23,7 @@ from backfill_assets.lib.warehouse.connect import WAREHOUSE_ENV
 from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.service.approval import approve_plan
 from backfill_assets.service.batch_driver import start_plan
+from backfill_assets.testing.waiting import poll
 from tests.e2e.test_daemon import (
     RUN_TIMEOUT_S,
     UTC,
@@ -34,7 +35,6 @@ from tests.e2e.test_daemon import (
     wait_for,
     window_around,
 )
-from tests.helpers import poll
 
 pytestmark = pytest.mark.slow
 BIG_DAY = 150_000  # orders a day in the plan's range

@@ -11,7 +11,7 @@ import psycopg
 
 from backfill_assets.lib.warehouse.connect import open_warehouse
 from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
-from tests.helpers import poll
+from backfill_assets.testing.waiting import poll
 
 
 @contextmanager
