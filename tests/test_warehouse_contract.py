@@ -8,9 +8,11 @@ PostgreSQL-only ones, readers during a swap and lock timeouts, in tests/reliabil
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,8 +21,9 @@ from backfill_assets.example import orders as o
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.sources import land_fx_rates, land_raw_orders
 from backfill_assets.lib.spec import Column, TableSpec
-from backfill_assets.lib.warehouse.base import LeaseHolder, Warehouse
+from backfill_assets.lib.warehouse.base import JointGateSource, LeaseHolder, Warehouse
 from backfill_assets.lib.warehouse.connect import open_warehouse
+from backfill_assets.lib.warehouse.postgres.gates import diff_gate_alone
 
 SPEC = ORDERS.spec
 D = dt.date
@@ -234,6 +237,106 @@ def test_duplicate_keys_are_counted_as_count_distinct_counts_them_nulls_included
     )  # fmt: skip
     assert gi.shadow_rows == dict(zip(days_of(start, end), [6, 3, 2], strict=True))
     assert gi.duplicates == dict(zip(days_of(start, end), expected, strict=True))
+
+
+def gates_apart_and_together(
+    wh: Warehouse, spec: TableSpec, start: dt.date, end: dt.date, plan_id: str, **args: Any
+) -> tuple[Any, Any, Any, Any]:
+    """PostgreSQL's gates read with the diff (`gates_and_diff`), and apart: `gate_inputs` with
+    its fingerprints, then the whole diff in one query."""
+    assert isinstance(wh, JointGateSource)
+    facts, diff = wh.gates_and_diff(spec, start, end, tolerance=1e-9, plan_id=plan_id, **args)
+    apart = wh.gate_inputs(spec, start, end, plan_id=plan_id, **args)
+    whole = wh.diff(spec, start, end, tolerance=1e-9, detail=False)
+    return facts, apart, diff, whole
+
+
+def fingerprints(gi: Any) -> dict[dt.date, bool | None]:
+    return {d: s.fingerprint_equal for d, s in gi.samples.items()}
+
+
+def test_postgres_gates_read_with_the_diff_answer_as_the_fingerprints_do(postgres_url):
+    """The diff's row-by-row comparison stands for the fingerprints on PostgreSQL: the same
+    verdict per day for a clean day, a restated one, one with duplicate keys and a missed load;
+    every other input and the diff itself as read apart."""
+    wh = open_warehouse(postgres_url, lock_timeout_s=5)
+    land_fx_rates(wh)
+    land_raw_orders(wh, FIRST, END, N)
+    wh.replace_partitions(SPEC, FIRST, END, build=o.ORDERS_DAILY_SQL_V1)
+    restated, doubled, missed = D(2026, 1, 6), D(2026, 1, 8), D(2026, 1, 10)
+    wh.execute(
+        "update raw_orders set amount = amount + 1 where order_date = $d and order_id % 10 = 0",
+        {"d": restated},
+    )
+    wh.execute("delete from orders_daily where order_date = $d", {"d": missed})
+    build = (
+        f"select * from ({o.ORDERS_DAILY_SQL}) x union all select * from ({o.ORDERS_DAILY_SQL}) "
+        f"y where order_id % 7 = 0 and order_date = date '{doubled}'"
+    )
+    start, end = D(2026, 1, 5), D(2026, 1, 12)
+    assert wh.claim_plan(SPEC.name, "pj") == "pj"
+    wh.replace_partitions(SPEC, start, end, build=build, shadow=True, plan_id="pj")
+
+    facts, apart, diff, whole = gates_apart_and_together(wh, SPEC, start, end, "pj", **GATE_ARGS)
+    expected = {d: d not in (restated, doubled, missed) for d in days_of(start, end)}
+    assert fingerprints(apart) == expected  # what the fingerprints say
+    assert fingerprints(facts) == expected
+    assert facts.duplicates[doubled] > 0 and facts.target_rows[missed] == 0
+    unhashed = {d: dataclasses.replace(s, fingerprint_equal=None) for d, s in facts.samples.items()}
+    assert unhashed == {
+        d: dataclasses.replace(s, fingerprint_equal=None) for d, s in apart.samples.items()
+    }
+    assert dataclasses.replace(facts, samples={}) == dataclasses.replace(apart, samples={})
+    # The diff, read in parts by days, is the diff read whole.
+    assert diff.days == whole.days and diff.columns == whole.columns
+    assert (diff.rows_in_both, diff.only_in_shadow, diff.only_in_live) == (
+        whole.rows_in_both, whole.only_in_shadow, whole.only_in_live,
+    )  # fmt: skip
+    assert diff.column("gross_amount").changed_rows == N // 10
+    # A day declared unchanged differs, so the diff was read again column by column: it is the
+    # diff read whole. On a clean day the unchanged columns are compared as one, not reported.
+    assert diff == whole
+    day = (start, start + dt.timedelta(days=1))
+    _, clean = wh.gates_and_diff(SPEC, *day, tolerance=1e-9, plan_id="pj", **GATE_ARGS)  # type: ignore[attr-defined]
+    apart = wh.diff(SPEC, *day, tolerance=1e-9, known_same=UNCHANGED, detail=False)
+    assert clean == apart and clean.known_same == list(UNCHANGED)
+    # The diff gate's queries alone (what the bench times apart) read the same diff.
+    assert diff_gate_alone(wh, SPEC, *day, tolerance=1e-9, unchanged=UNCHANGED) == apart  # type: ignore[arg-type]
+    assert (diff.only_in_shadow, diff.only_in_live) == (N, 0)  # the missed day's rows
+
+
+READINGS = TableSpec(
+    "readings",
+    (Column("id", "BIGINT"), Column("day", "DATE"), Column("v", "DOUBLE"), Column("w", "DOUBLE")),
+    "day",
+    ("id",),
+)
+
+
+def test_postgres_gates_read_with_the_diff_compare_an_unchanged_float_exactly(postgres_url):
+    """A float column declared unchanged that moved by 1e-12: the fingerprints see it, and so
+    does the diff that stands for them, though the diff's tolerance lets it pass as a change
+    it reports."""
+    wh = open_warehouse(postgres_url, lock_timeout_s=5)
+    start, end = D(2026, 1, 5), D(2026, 1, 7)
+    rows = (
+        "select i::bigint as id, date '{d}' as day, {v} as v, 2.0::float8 as w "
+        "from generate_series(1, 50) g(i)"
+    )
+    live = " union all ".join(rows.format(d=d, v="1.0::float8") for d in days_of(start, end))
+    wh.replace_partitions(READINGS, start, end, build=live)
+    moved = (
+        rows.format(d=start, v="(1.0 + 1e-12)::float8")
+        + " union all "
+        + rows.format(d=start + dt.timedelta(days=1), v="1.0::float8")
+    )
+    assert wh.claim_plan(READINGS.name, "pf") == "pf"
+    wh.replace_partitions(READINGS, start, end, build=moved, shadow=True, plan_id="pf")
+    args = dict(sample_size=10, unchanged=("v",), changed_predicates={}, invariants={},
+                full_compare=True)  # fmt: skip
+    facts, apart, diff, whole = gates_apart_and_together(wh, READINGS, start, end, "pf", **args)
+    assert fingerprints(apart) == fingerprints(facts) == {start: False, end - dt.timedelta(1): True}
+    assert diff == whole and diff.column("v").changed_rows == 0  # within the diff's tolerance
 
 
 # -- swap and rollback ------------------------------------------------------------------------

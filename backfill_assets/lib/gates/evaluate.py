@@ -15,7 +15,7 @@ from backfill_assets.constants import DIFF_CHECK, INVARIANTS_CHECK, ROW_COUNT_CH
 from backfill_assets.lib.planning.criteria import Criteria, DiffThresholds
 from backfill_assets.lib.review.diff import DEFAULT_TOLERANCE, DataDiff, DayDiff
 from backfill_assets.lib.spec import TableSpec
-from backfill_assets.lib.warehouse.base import GateSource, SampleDiff
+from backfill_assets.lib.warehouse.base import GateSource, JointGateSource, SampleDiff
 
 MAX_SAMPLE_ROWS_SHOWN = 20
 
@@ -185,32 +185,34 @@ def evaluate_gates(
 ) -> list[GateOutcome]:
     """Every gate for every partition of [start, end) of the shadow, from one set of reads."""
     assert criteria.row_count is not None and criteria.sample is not None
-    facts = wh.gate_inputs(
-        spec,
-        start,
-        end,
-        plan_id=plan_id,
-        sample_size=criteria.sample.size,
-        unchanged=criteria.sample.unchanged_columns,
-        changed_predicates={
+    thresholds = criteria.diff
+    tolerance = thresholds.float_tolerance if thresholds else DEFAULT_TOLERANCE
+    reads: dict[str, Any] = {
+        "plan_id": plan_id,
+        "sample_size": criteria.sample.size,
+        "unchanged": criteria.sample.unchanged_columns,
+        "changed_predicates": {
             c.name: c.must_hold for c in criteria.sample.changed_columns if c.must_hold
         },
-        invariants={i.name: i.predicate for i in criteria.invariants},
-        full_compare=criteria.sample.full_compare,
-    )
-    # The diff of the batch against the live rows, recorded per day. The unchanged columns are
-    # not compared again where the fingerprints of the key and those columns were equal on every
-    # day: every row holds them as the target does.
-    thresholds = criteria.diff
-    same = all(facts.samples[d].fingerprint_equal for d in facts.samples)
-    diff = wh.diff(
-        spec,
-        start,
-        end,
-        tolerance=thresholds.float_tolerance if thresholds else DEFAULT_TOLERANCE,
-        known_same=criteria.sample.unchanged_columns if same else (),
-        detail=False,  # the gate reads the counts and sums per day alone
-    )
+        "invariants": {i.name: i.predicate for i in criteria.invariants},
+        "full_compare": criteria.sample.full_compare,
+    }
+    if isinstance(wh, JointGateSource):
+        facts, diff = wh.gates_and_diff(spec, start, end, tolerance=tolerance, **reads)
+    else:
+        facts = wh.gate_inputs(spec, start, end, **reads)
+        # The diff of the batch against the live rows, recorded per day. The unchanged columns
+        # are not compared again where the fingerprints of the key and those columns were equal
+        # on every day: every row holds them as the target does.
+        same = all(facts.samples[d].fingerprint_equal for d in facts.samples)
+        diff = wh.diff(
+            spec,
+            start,
+            end,
+            tolerance=tolerance,
+            known_same=criteria.sample.unchanged_columns if same else (),
+            detail=False,  # the gate reads the counts and sums per day alone
+        )
     by_day = {d.day: d for d in diff.days}
     declared = tuple(c.name for c in criteria.sample.changed_columns)
     out: list[GateOutcome] = []

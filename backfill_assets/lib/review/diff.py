@@ -1,20 +1,21 @@
 """What a backfill changes: the shadow's rows against the live rows of the same days, computed in
 the warehouse (the same SQL on DuckDB and PostgreSQL), for the person who approves the swap.
 
-Rows are matched by the primary key over the days [start, end) on both sides. Per column, over
-the rows in both, a value changed when it is distinct (NULL against a value counts; two NULLs do
-not); a float column (DOUBLE, REAL, FLOAT) changed only when the two values differ by more than
-the tolerance. For a numeric column: its sum and mean before (the live rows) and after (the
-shadow's), the total delta (after - before, so it equals what the swap adds to the column's sum
-over the range) and the quantiles of the per-row delta over the rows that changed; for another
-column, the most frequent old -> new pairs. Per day: the rows changed and each numeric column's
-sum before and after. A few changed rows side by side, the first by day and key (reproducible).
+Rows are matched by the primary key and the day (a key is a partition's, as the gates read it) over
+the days [start, end) on both sides. Per column, over the rows in both, a value changed when it is
+distinct (NULL against a value counts; two NULLs do not); a float column (DOUBLE, REAL, FLOAT)
+changed only when the two values differ by more than the tolerance. For a numeric column: its sum
+and mean before (the live rows) and after (the shadow's), the total delta (after - before, so it
+equals what the swap adds to the column's sum over the range) and the quantiles of the per-row
+delta over the rows that changed; for another column, the most frequent old -> new pairs. Per day:
+the rows changed and each numeric column's sum before and after. A few changed rows side by side,
+the first by day and key (reproducible).
 
-One pass over the two sides, joined on the key, aggregates per day and over all days (`GROUPING
-SETS`): the counts, the sums, the quantiles. Then, only when there is something to show, the
-pairs of each changed non-numeric column, and the side-by-side rows of the first day with a
-change. Only the key, the partition column and the compared columns are read: within a gate,
-the columns the gates' fingerprints already showed equal on every row are not compared again
+One pass over the two sides, joined on the key and the day, aggregates per day and over all days
+(`GROUPING SETS`): the counts, the sums, the quantiles. Then, only when there is something to show,
+the pairs of each changed non-numeric column, and the side-by-side rows of the first day with a
+change. Only the key, the partition column and the compared columns are read: within a gate, the
+columns the gates' fingerprints already showed equal on every row are not compared again
 (`known_same`). The query building here is pure; `lib/warehouse/shared/diffing.py` runs it on an
 adapter's connection.
 """
@@ -156,6 +157,10 @@ class DiffQueries:
     known_same: tuple[str, ...] = ()
     # False (a batch's diff gate): the counts and sums per day alone, no quantiles.
     detail: bool = True
+    # Columns compared as one, exactly (floats too), not column by column: the aggregate ends
+    # with the rows in both where any of them differs. The columns declared unchanged, when the
+    # diff also stands for the gates' whole-partition comparison of them (PostgreSQL's gates).
+    as_one: tuple[str, ...] = ()
 
     @property
     def per_numeric(self) -> int:
@@ -193,13 +198,17 @@ class DiffQueries:
 
     def _joined(self, start: dt.date | None = None, end: dt.date | None = None) -> str:
         """Both sides over [start, end) (default: the diff's days), reading only the key, the
-        partition column and the compared columns, joined on the key."""
+        partition column and the compared columns, joined on the key and the day."""
         pc = quote_ident(self.spec.partition_column)
         s0, e0 = start or self.start, end or self.end
         rng = f"{pc} >= DATE '{s0}' AND {pc} < DATE '{e0}'"
-        cols = dict.fromkeys((*self.spec.primary_key, self.spec.partition_column, *self.compared))
+        cols = dict.fromkeys(
+            (*self.spec.primary_key, self.spec.partition_column, *self.compared, *self.as_one)
+        )
         read = ", ".join(quote_ident(c) for c in cols)
-        on = " AND ".join(f"s.{k} = l.{k}" for k in self._pk)
+        # A key is a partition's, as the gates read it: a key on two days is two rows.
+        keys = dict.fromkeys((*self._pk, pc))
+        on = " AND ".join(f"s.{k} = l.{k}" for k in keys)
         return (
             f"(SELECT {read} FROM {self.shadow} WHERE {rng}) s FULL OUTER JOIN "
             f"(SELECT {read} FROM {self.live} WHERE {rng}) l ON {on}"
@@ -219,6 +228,12 @@ class DiffQueries:
             f", l.{quote_ident(c)} AS b{j}, s.{quote_ident(c)} AS a{j}"
             for j, c in enumerate(self.numeric)
         )
+        if self.as_one:
+            sides = [", ".join(f"{x}.{quote_ident(c)}" for c in self.as_one) for x in "sl"]
+            flags += (
+                f", (s.{k} IS NOT NULL AND l.{k} IS NOT NULL AND "
+                f"ROW({sides[0]}) IS DISTINCT FROM ROW({sides[1]})) AS fo"
+            )
         inner = (
             f"SELECT coalesce(s.{pc}, l.{pc}) AS day, s.{k} IS NULL AS ol, l.{k} IS NULL AS os"
             f"{flags}{values} FROM {self._joined()}"
@@ -247,6 +262,8 @@ class DiffQueries:
                 parts.append(f"percentile_cont(ARRAY[{qs}]) WITHIN GROUP (ORDER BY {delta})")
             else:
                 parts.append(f"quantile_cont({delta}, [{qs}])")
+        if self.as_one:
+            parts.append("sum(CASE WHEN fo THEN 1 ELSE 0 END)")
         groups = "GROUPING SETS ((day), ())" if self.detail else "day"
         return f"SELECT {', '.join(parts)} FROM ({inner}) j GROUP BY {groups} ORDER BY 1, 2"
 

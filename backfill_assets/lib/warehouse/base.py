@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from backfill_assets.constants import BACKUP_INFIX, BASE_SUFFIX, TEMPLATE_SUFFIX
 from backfill_assets.errors import InvalidInput, SwapRefused
@@ -372,6 +372,28 @@ class GateSource(Protocol):
         """The shadow's rows of [start, end) against the live rows of those days
         (lib/review/diff.py); reads only."""
         ...
+
+
+@runtime_checkable
+class JointGateSource(Protocol):
+    """An adapter that reads the gates' inputs and the diff gate's diff together, the diff's
+    row-by-row comparison standing for the fingerprints (PostgreSQL: postgres/gates.py). The
+    others read `gate_inputs`, then `diff`."""
+
+    def gates_and_diff(
+        self,
+        spec: TableSpec,
+        start: dt.date,
+        end: dt.date,
+        *,
+        tolerance: float,
+        plan_id: str,
+        sample_size: int,
+        unchanged: tuple[str, ...],
+        changed_predicates: Mapping[str, str],
+        invariants: Mapping[str, str],
+        full_compare: bool,
+    ) -> tuple[GateInputs, DataDiff]: ...
 
 
 class Warehouse(GateSource, Protocol):

@@ -213,6 +213,13 @@ def _x(con: Connection, sql: str, params: Any = None) -> psycopg.Cursor[TupleRow
     return con.execute(cast("LiteralString", sql), params)
 
 
+def diff_session(con: Connection) -> None:
+    """A diff's connection: a week of both sides hashed in memory. With the default work_mem
+    (4MB) the join of a week of 20k-row days spilled to disk in batches, and sorted on disk by
+    day."""
+    _x(con, "SET work_mem = '64MB'")
+
+
 def _xm(cur: psycopg.Cursor[TupleRow], sql: str, params: Sequence[Any]) -> None:
     cur.executemany(cast("LiteralString", sql), params)
 

@@ -11,16 +11,20 @@ so no query waits for another; the sample reads the target only at the sampled k
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import itertools
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from backfill_assets.lib.review.diff import DataDiff, DiffQueries, SchemaDiff
+from backfill_assets.lib.review.diff import assemble as assemble_diff
 from backfill_assets.lib.spec import TableSpec
 from backfill_assets.lib.warehouse.base import GateInputs
 from backfill_assets.lib.warehouse.gate_assembly import assemble, sample_sql_parts
 from backfill_assets.lib.warehouse.identifiers import validate_ident
-from backfill_assets.lib.warehouse.postgres.connection import M, _x
+from backfill_assets.lib.warehouse.postgres.connection import M, _x, diff_session
 from backfill_assets.lib.warehouse.postgres.idents import ident
 from backfill_assets.lib.warehouse.postgres.meta import base_type, hashable
 from backfill_assets.lib.warehouse.predicates import render_predicate
@@ -28,6 +32,8 @@ from backfill_assets.lib.warehouse.predicates import render_predicate
 if TYPE_CHECKING:
     from backfill_assets.lib.warehouse.postgres.layout import PostgresLayout
 
+# The batch's diff gate runs as this many queries, each over a share of the days.
+DIFF_PARTS = 2
 _TWO_63 = "9223372036854775808.0"
 _TWO_64 = "18446744073709551616.0"
 
@@ -68,6 +74,122 @@ def gate_inputs(
     invariants: Mapping[str, str],
     full_compare: bool,
 ) -> GateInputs:
+    """The gates' inputs alone, the whole-partition comparison by fingerprints."""
+    facts, _ = _gates(
+        wh, spec, start, end, plan_id=plan_id, sample_size=sample_size, unchanged=unchanged,
+        changed_predicates=changed_predicates, invariants=invariants, full_compare=full_compare,
+        diff_tolerance=None,
+    )  # fmt: skip
+    return facts
+
+
+def gates_and_diff(
+    wh: PostgresLayout,
+    spec: TableSpec,
+    start: dt.date,
+    end: dt.date,
+    *,
+    tolerance: float,
+    plan_id: str,
+    sample_size: int,
+    unchanged: tuple[str, ...],
+    changed_predicates: Mapping[str, str],
+    invariants: Mapping[str, str],
+    full_compare: bool,
+) -> tuple[GateInputs, DataDiff]:
+    """The gates' inputs and the batch's diff gate, side by side. The diff joins every row of
+    both sides on the key, so it also answers what the fingerprints did: it compares the
+    unchanged columns as one (exactly, floats too), and a day's key and unchanged columns are
+    the same on both sides when no row is on one side only, none of the joined rows differs in
+    them, and the joined rows number the rows of each side (no key matched twice). The two scans
+    hash no row. Where they differ (a failing batch), the diff is read again comparing every
+    column, to say which changed."""
+    facts, diff = _gates(
+        wh, spec, start, end, plan_id=plan_id, sample_size=sample_size, unchanged=unchanged,
+        changed_predicates=changed_predicates, invariants=invariants, full_compare=full_compare,
+        diff_tolerance=tolerance,
+    )  # fmt: skip
+    assert diff is not None
+    return facts, diff
+
+
+def _diff_parts(
+    wh: PostgresLayout,
+    spec: TableSpec,
+    start: dt.date,
+    end: dt.date,
+    tolerance: float,
+    unchanged: tuple[str, ...],
+) -> list[DiffQueries]:
+    """The batch's diff, cut by days into `DIFF_PARTS` queries that run side by side: the
+    `unchanged` columns compared as one, not one by one."""
+    shadow, live = wh._q(spec.shadow_name), wh._q(spec.name)
+    n = (end - start).days
+    parts = max(1, min(DIFF_PARTS, n))
+    cuts = [start + dt.timedelta(days=round(n * i / parts)) for i in range(parts + 1)]
+    return [
+        DiffQueries(
+            spec, shadow, live, a, b, "postgres", tolerance, unchanged, False, as_one=unchanged
+        )
+        for a, b in itertools.pairwise(cuts)
+    ]
+
+
+def _diff_rows(wh: PostgresLayout, diffs: list[DiffQueries]) -> list[tuple]:
+    """The rows of the diff's parts, read side by side."""
+    with ThreadPoolExecutor(max_workers=len(diffs), thread_name_prefix="diff") as pool:
+        jobs = [pool.submit(_fetch, wh, q.aggregate(), None) for q in diffs]
+        return [row for job in jobs for row in job.result()[1]]
+
+
+def _whole(diffs: list[DiffQueries]) -> DiffQueries:
+    """The parts' queries as one over all their days (what `assemble_diff` reads them as)."""
+    return dataclasses.replace(diffs[0], end=diffs[-1].end)
+
+
+def diff_gate_alone(
+    wh: PostgresLayout,
+    spec: TableSpec,
+    start: dt.date,
+    end: dt.date,
+    *,
+    tolerance: float,
+    unchanged: tuple[str, ...],
+) -> DataDiff:
+    """The diff gate's queries as `gates_and_diff` runs them, without the other gates' (the
+    bench times the diff's share of a batch with it)."""
+    diffs = _diff_parts(wh, spec, start, end, tolerance, unchanged)
+    return assemble_diff(_whole(diffs), SchemaDiff(), _diff_rows(wh, diffs), {}, [], [])
+
+
+def _fetch(
+    wh: PostgresLayout, sql: str, params: Mapping[str, Any] | None
+) -> tuple[list[str], list[tuple]]:
+    """One of the gates' queries on its own read-only connection (`params` None: a diff's)."""
+    with wh.connect(read_only=True) as con:
+        # The queries already run side by side: parallel workers would only contend.
+        _x(con, "SET max_parallel_workers_per_gather = 0")
+        if params is None:  # a diff's join: both sides of its days hashed in memory
+            diff_session(con)
+        cur = _x(con, sql, params)
+        return [d.name for d in cur.description or []], cur.fetchall()
+
+
+def _gates(
+    wh: PostgresLayout,
+    spec: TableSpec,
+    start: dt.date,
+    end: dt.date,
+    *,
+    plan_id: str,
+    sample_size: int,
+    unchanged: tuple[str, ...],
+    changed_predicates: Mapping[str, str],
+    invariants: Mapping[str, str],
+    full_compare: bool,
+    diff_tolerance: float | None,
+) -> tuple[GateInputs, DataDiff | None]:
+    with_diff = diff_tolerance is not None
     cols = spec.column_names
     for c in unchanged:
         validate_ident(c, "unchanged column")
@@ -80,7 +202,8 @@ def gate_inputs(
     rng = {"s": start, "e": end}
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
     fp_cols = [hashable(spec, c) for c in (*spec.primary_key, *unchanged)]
-    fingerprint = f", bit_xor({_hash(fp_cols)})" if full_compare and unchanged else ", NULL"
+    hashed = full_compare and unchanged and not with_diff
+    fingerprint = f", bit_xor({_hash(fp_cols)})" if hashed else ", NULL"
     distinct_pk = pk[0] if len(pk) == 1 else f"ROW({', '.join(pk)})"
 
     inv_names = list(invs)
@@ -131,22 +254,25 @@ def gate_inputs(
     )
     sample_params = {**rng, "plan": plan_id, "n": sample_size, "t": wh._key(spec.name)}
 
-    def fetch(sql: str, params: Mapping[str, Any]) -> tuple[list[str], list[tuple]]:
-        with wh.connect(read_only=True) as con:
-            # The queries already run side by side: parallel workers would only contend.
-            _x(con, "SET max_parallel_workers_per_gather = 0")
-            cur = _x(con, sql, params)
-            return [d.name for d in cur.description or []], cur.fetchall()
+    # The unchanged columns compared as one where the diff stands for the fingerprints.
+    as_one = unchanged if full_compare else ()
+    diffs = (
+        _diff_parts(wh, spec, start, end, diff_tolerance, as_one)
+        if diff_tolerance is not None
+        else []
+    )
 
     # The queries are independent (each reads committed data, as on one autocommit connection):
     # each on its own connection, side by side, so the gates use the server's cores while the
     # write they check used one.
-    with ThreadPoolExecutor(max_workers=5, thread_name_prefix="gates") as pool:
-        shadow_job = pool.submit(fetch, shadow_sql, rng)
-        dups_job = pool.submit(fetch, dups_sql, rng)
-        live_job = pool.submit(fetch, live_sql, rng)
-        source_job = pool.submit(fetch, source_sql, rng) if source_sql else None
-        sample_job = pool.submit(fetch, sample_sql, sample_params)
+    with ThreadPoolExecutor(max_workers=5 + len(diffs), thread_name_prefix="gates") as pool:
+        # The diff's parts first: they are the longest.
+        diff_jobs = [pool.submit(_fetch, wh, q.aggregate(), None) for q in diffs]
+        shadow_job = pool.submit(_fetch, wh, shadow_sql, rng)
+        dups_job = pool.submit(_fetch, wh, dups_sql, rng)
+        live_job = pool.submit(_fetch, wh, live_sql, rng)
+        source_job = pool.submit(_fetch, wh, source_sql, rng) if source_sql else None
+        sample_job = pool.submit(_fetch, wh, sample_sql, sample_params)
         dups = dict(dups_job.result()[1])
         # As gate_assembly reads them: (day, rows, duplicate keys, fingerprint, *invariants).
         shadow_stats = [(r[0], r[1], dups.get(r[0], 0), *r[2:]) for r in shadow_job.result()[1]]
@@ -157,8 +283,9 @@ def gate_inputs(
             for day, n in source_job.result()[1]:
                 source_rows[day] = n
         names, sampled_rows = sample_job.result()
+        diff_rows = [row for job in diff_jobs for row in job.result()[1]]
 
-    return assemble(
+    facts = assemble(
         spec,
         days,
         unchanged=unchanged,
@@ -171,3 +298,34 @@ def gate_inputs(
         names=names,
         sampled_rows=sampled_rows,
     )
+    if diff_tolerance is None:
+        return facts, None
+    if not as_one:
+        return facts, assemble_diff(_whole(diffs), SchemaDiff(), diff_rows, {}, [], [])
+    same = _same_by_day(diff_rows, facts)
+    samples = {
+        d: dataclasses.replace(s, fingerprint_equal=same.get(d, True))
+        for d, s in facts.samples.items()
+    }
+    facts = dataclasses.replace(facts, samples=samples)
+    if not all(same.values()):
+        # A row differs in a column declared unchanged: which, read column by column.
+        diffs = _diff_parts(wh, spec, start, end, diff_tolerance, ())
+        diff_rows = _diff_rows(wh, diffs)
+    return facts, assemble_diff(_whole(diffs), SchemaDiff(), diff_rows, {}, [], [])
+
+
+def _same_by_day(rows: list[tuple], facts: GateInputs) -> dict[dt.date, bool]:
+    """Per day of the diff's rows (`DiffQueries.aggregate`'s: flag, day, in both, shadow only,
+    live only, ..., and last the joined rows whose unchanged columns differ): the key and the
+    unchanged columns are the same multiset on both sides."""
+    same: dict[dt.date, bool] = {}
+    for row in rows:
+        day, both, only_shadow, only_live = row[1], int(row[2] or 0), row[3], row[4]
+        same[day] = (
+            not only_shadow
+            and not only_live
+            and not row[-1]
+            and both == facts.shadow_rows.get(day, 0) == facts.target_rows.get(day, 0)
+        )
+    return same

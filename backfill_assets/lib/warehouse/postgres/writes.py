@@ -21,13 +21,15 @@ from backfill_assets.lib.warehouse.base import (
     rows_of,
 )
 from backfill_assets.lib.warehouse.dialects import SQL, column_type, sql_for, transpile
-from backfill_assets.lib.warehouse.postgres.connection import Connection, _x, _xm
+from backfill_assets.lib.warehouse.postgres.connection import Connection, _x, _xm, diff_session
 from backfill_assets.lib.warehouse.postgres.idents import ident, ident_list
 from backfill_assets.lib.warehouse.postgres.layout import PostgresLayout
 from backfill_assets.lib.warehouse.shared.coordination import utcnow
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from backfill_assets.lib.review.diff import DataDiff
 
 
 class PostgresWrites(PostgresLayout):
@@ -157,6 +159,14 @@ class PostgresWrites(PostgresLayout):
 
         return gate_inputs(self, spec, start, end, **kw)
 
+    def gates_and_diff(
+        self, spec: TableSpec, start: dt.date, end: dt.date, **kw: Any
+    ) -> tuple[GateInputs, DataDiff]:
+        """The gates' inputs and the diff gate's diff, side by side (postgres/gates.py)."""
+        from backfill_assets.lib.warehouse.postgres.gates import gates_and_diff
+
+        return gates_and_diff(self, spec, start, end, **kw)
+
     def _diff_relations(
         self, con: Any, spec: TableSpec, start: dt.date, end: dt.date
     ) -> tuple[str, str]:
@@ -164,9 +174,7 @@ class PostgresWrites(PostgresLayout):
         return self._q(spec.shadow_name), self._q(spec.name)
 
     def _diff_session(self, con: Any) -> None:
-        """A week of both sides hashed in memory: with the default work_mem (4MB) the join of
-        a week of 20k-row days spilled to disk in batches, and sorted on disk by day."""
-        _x(con, "SET work_mem = '64MB'")
+        diff_session(con)
 
     def _relation_columns(self, con: Any, name: str) -> list[tuple[str, str]]:
         return [
