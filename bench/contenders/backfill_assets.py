@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
 from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
 from backfill_assets.lib.dates import days, iso_weeks
 from backfill_assets.lib.gates.evaluate import GateOutcome, evaluate_gates
+from backfill_assets.lib.review.diff import DEFAULT_TOLERANCE
 from backfill_assets.lib.warehouse.base import Warehouse
 from bench.harness.config import REPO_DIR
 
@@ -39,10 +41,20 @@ def run_backfill_assets(
 
 
 def run_backfill_assets_pg(url: str, start: dt.date, end: dt.date) -> dict[str, Any]:
-    """The same loop on a PostgreSQL warehouse (partitioned target, DETACH/ATTACH swap)."""
+    """The same loop on a PostgreSQL warehouse (partitioned target, DETACH/ATTACH swap). Its
+    gates read the diff with the other gates' queries, side by side (`gates_and_diff`); the
+    diff's own share is timed apart, each batch's diff gate run again alone after its gates, and
+    that time is set aside from the contender's."""
     from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
+    from backfill_assets.lib.warehouse.postgres.gates import diff_gate_alone
 
-    return backfill_in_weeks(PostgresWarehouse(url), start, end, PLAN_ID)
+    wh = PostgresWarehouse(url)
+    unchanged = ORDERS_CRITERIA.sample.unchanged_columns if ORDERS_CRITERIA.sample else ()
+
+    def alone(w0: dt.date, w1: dt.date) -> None:
+        diff_gate_alone(wh, ORDERS_SPEC, w0, w1, tolerance=DEFAULT_TOLERANCE, unchanged=unchanged)
+
+    return backfill_in_weeks(wh, start, end, PLAN_ID, diff_alone=alone)
 
 
 def timed_batch(
@@ -71,13 +83,21 @@ def timed_batch(
 
 
 def backfill_in_weeks(
-    wh: Warehouse, start: dt.date, end: dt.date, plan_id: str = PLAN_ID, *, session: bool = True
+    wh: Warehouse,
+    start: dt.date,
+    end: dt.date,
+    plan_id: str = PLAN_ID,
+    *,
+    session: bool = True,
+    diff_alone: Callable[[dt.date, dt.date], Any] | None = None,
 ) -> dict[str, Any]:
     """Shadow write + gates per ISO week of [start, end), then one swap of every day.
     `session=False`: the write and the gates each open the warehouse, as they did before the
-    session (for `bench.experiments.session_gain`)."""
+    session (for `bench.experiments.session_gain`). `diff_alone`: where the gates read the diff
+    with their other queries, the diff gate run alone for a week, timed after its gates and set
+    aside (`set_aside_s`, not the contender's time)."""
     wh.claim_plan(ORDERS_SPEC.name, plan_id)  # what approving the plan does
-    write_s = gates_s = 0.0
+    write_s = gates_s = alone_s = 0.0
     batches = 0
     timer = _DiffTimer(wh)
     for w0, w1 in iso_weeks(start, end):
@@ -91,19 +111,24 @@ def backfill_in_weeks(
         write_s += write
         gates_s += gates
         batches += 1
+        if diff_alone is not None:
+            t0 = time.perf_counter()
+            diff_alone(w0, w1)
+            alone_s += time.perf_counter() - t0
     t0 = time.perf_counter()
     wh.swap(ORDERS_SPEC, plan_id, days(start, end))
     swap_s = time.perf_counter() - t0
-    return {
-        "batches": batches,
-        "phases": {
+    if diff_alone is not None:
+        # The gates and the diff read together; the diff alone, timed apart.
+        phases = {"shadow_write_s": write_s, "gates_and_diff_s": gates_s, "diff_alone_s": alone_s}
+    else:
+        # The gates without the diff, then the diff (the diff gate's read), apart.
+        phases = {
             "shadow_write_s": write_s,
-            # the gates without the diff, then the diff (the diff gate's read), apart
             "gates_s": gates_s - timer.seconds,
             "diff_s": timer.seconds,
-            "swap_s": swap_s,
-        },
-    }
+        }
+    return {"batches": batches, "phases": {**phases, "swap_s": swap_s}, "set_aside_s": alone_s}
 
 
 class _DiffTimer:
