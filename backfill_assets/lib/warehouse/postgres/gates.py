@@ -62,25 +62,11 @@ def _pg(sql: str) -> str:
 
 
 def gate_inputs(
-    wh: PostgresLayout,
-    spec: TableSpec,
-    start: dt.date,
-    end: dt.date,
-    *,
-    plan_id: str,
-    sample_size: int,
-    unchanged: tuple[str, ...],
-    changed_predicates: Mapping[str, str],
-    invariants: Mapping[str, str],
-    full_compare: bool,
+    wh: PostgresLayout, spec: TableSpec, start: dt.date, end: dt.date, **reads: Any
 ) -> GateInputs:
-    """The gates' inputs alone, the whole-partition comparison by fingerprints."""
-    facts, _ = _gates(
-        wh, spec, start, end, plan_id=plan_id, sample_size=sample_size, unchanged=unchanged,
-        changed_predicates=changed_predicates, invariants=invariants, full_compare=full_compare,
-        diff_tolerance=None,
-    )  # fmt: skip
-    return facts
+    """The gates' inputs alone, the whole-partition comparison by fingerprints (`reads`: the
+    keywords of `GateSource.gate_inputs`)."""
+    return _gates(wh, spec, start, end, diff_tolerance=None, **reads)[0]
 
 
 def gates_and_diff(
@@ -90,25 +76,16 @@ def gates_and_diff(
     end: dt.date,
     *,
     tolerance: float,
-    plan_id: str,
-    sample_size: int,
-    unchanged: tuple[str, ...],
-    changed_predicates: Mapping[str, str],
-    invariants: Mapping[str, str],
-    full_compare: bool,
+    **reads: Any,
 ) -> tuple[GateInputs, DataDiff]:
     """The gates' inputs and the batch's diff gate, side by side. The diff joins every row of
-    both sides on the key, so it also answers what the fingerprints did: it compares the
-    unchanged columns as one (exactly, floats too), and a day's key and unchanged columns are
-    the same on both sides when no row is on one side only, none of the joined rows differs in
-    them, and the joined rows number the rows of each side (no key matched twice). The two scans
-    hash no row. Where they differ (a failing batch), the diff is read again comparing every
-    column, to say which changed."""
-    facts, diff = _gates(
-        wh, spec, start, end, plan_id=plan_id, sample_size=sample_size, unchanged=unchanged,
-        changed_predicates=changed_predicates, invariants=invariants, full_compare=full_compare,
-        diff_tolerance=tolerance,
-    )  # fmt: skip
+    both sides on the key and the day, so it also answers what the fingerprints did: it
+    compares the unchanged columns as one (exactly, floats too), and a day's key and unchanged
+    columns are the same on both sides when no row is on one side only, none of the joined rows
+    differs in them, and the joined rows number the rows of each side (no key matched twice).
+    The two scans hash no row. Where they differ (a failing batch), the diff is read again
+    comparing every column, to say which changed."""
+    facts, diff = _gates(wh, spec, start, end, diff_tolerance=tolerance, **reads)
     assert diff is not None
     return facts, diff
 
