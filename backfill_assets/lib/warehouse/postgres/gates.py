@@ -1,6 +1,8 @@
 """Everything the gates of one batch need from PostgreSQL: the queries of DuckDB's gates, in
 PostgreSQL's dialect, side by side on five connections; `gate_assembly` turns their rows into
-`GateInputs`.
+`GateInputs`. A batch's gates (`gates_and_diff`) also read the diff gate's diff beside them, on
+two more, and its join stands for the fingerprints of the key and the unchanged columns;
+`gate_inputs` alone hashes them.
 
 Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, faster
 than hashing the row's text. A key is sampled when the hash of (key, day), seeded by
