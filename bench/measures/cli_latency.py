@@ -42,7 +42,7 @@ from bench.harness.load import (
     round_load,
 )
 from bench.harness.load import summary as load_summary
-from bench.harness.measure import BenchError, goal, median
+from bench.harness.measure import BenchError, goal, median, timed_process
 
 CLI = str(Path(PYTHON).with_name("backfill-assets"))
 GOAL_S = 1.5
@@ -69,15 +69,13 @@ write_history(instance, DEFAULT_WAREHOUSE.process_config_and_initialize().adapte
 
 
 def _timed(cmd: list[str], env: dict[str, str], log: Path) -> float:
-    t0 = time.perf_counter()
     with log.open("a") as out:
-        done = subprocess.run(
-            cmd, cwd=REPO_DIR, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=600
+        code, seconds = timed_process(
+            cmd, 600, cwd=REPO_DIR, env=env, stdout=out, stderr=subprocess.STDOUT
         )
-    seconds = time.perf_counter() - t0
-    if done.returncode != 0:
+    if code != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:])
-        raise BenchError(f"{' '.join(cmd[:3])} failed (exit {done.returncode}); {log}:\n{tail}")
+        raise BenchError(f"{' '.join(cmd[:3])} failed (exit {code}); {log}:\n{tail}")
     return seconds
 
 
