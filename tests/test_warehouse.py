@@ -13,7 +13,12 @@ from backfill_assets.lib.gates import evaluate_gates
 from backfill_assets.lib.spec import Column, TableSpec
 from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident
-from backfill_assets.lib.warehouse.predicates import validate_predicate
+from backfill_assets.lib.warehouse.predicates import (
+    _VALIDATED,
+    mark_validated,
+    render_predicate,
+    validate_predicate,
+)
 
 SPEC = ORDERS.spec
 D = dt.date
@@ -88,6 +93,24 @@ def test_predicates_over_the_row_are_accepted():
         "order_id is not null",
     ):
         assert validate_predicate(ok, SPEC.column_names) == ok
+
+
+def test_a_predicate_the_snapshot_validated_is_not_parsed_again_until_it_is_rendered():
+    """`mark_validated` (the snapshot's predicates, validated when it was written) spares the
+    parse for that predicate over those columns alone; rendering it as SQL parses it again."""
+    bad = "net_amount >= 0; select 'marked'"
+    cols = SPEC.column_names
+    with pytest.raises(InvalidInput, match="comment or ';'"):
+        validate_predicate(bad, cols)
+    mark_validated(bad, cols)
+    try:
+        assert validate_predicate(bad, cols) == bad
+        with pytest.raises(InvalidInput, match="comment or ';'"):
+            validate_predicate(bad, (*cols, "other"))
+        with pytest.raises(InvalidInput, match="comment or ';'"):
+            render_predicate(bad, cols, "postgres")
+    finally:
+        _VALIDATED.discard((bad, frozenset(c.lower() for c in cols)))
 
 
 def test_an_unreadable_warehouse_path_gives_a_clear_error_and_creates_nothing(tmp_path):

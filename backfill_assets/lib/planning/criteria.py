@@ -170,6 +170,12 @@ class Criteria:
         return self
 
     @property
+    def predicates(self) -> tuple[str, ...]:
+        """Every SQL predicate of the criteria: the changed columns' rules, the invariants."""
+        rules = [c.must_hold for c in self.sample.changed_columns] if self.sample else []
+        return (*(r for r in rules if r), *(i.predicate for i in self.invariants))
+
+    @property
     def fingerprint_columns(self) -> tuple[str, ...]:
         """The unchanged columns whose whole-partition fingerprint the sample gate compares
         (none when it compares none): what a write records for the gates."""

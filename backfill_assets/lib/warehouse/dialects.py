@@ -16,11 +16,10 @@ import functools
 import re
 from collections.abc import Mapping
 
-import sqlglot
-from sqlglot import expressions as exp
-from sqlglot.errors import ErrorLevel, SqlglotError
-
 from backfill_assets.errors import InvalidInput
+
+# sqlglot is imported where SQL is transpiled (about 0.1 s): the commands that only read plans
+# and the instance (`status`, `list`) never need it.
 
 DIALECTS = ("duckdb", "postgres")
 # A literal % in PostgreSQL SQL sent with parameters must be doubled for psycopg.
@@ -39,6 +38,9 @@ def transpile(sql: str, to: str, source: str = "duckdb") -> str:
         raise InvalidInput(f"unknown SQL dialect {to if to not in DIALECTS else source!r}")
     if to == source:
         return sql
+    import sqlglot
+    from sqlglot.errors import ErrorLevel, SqlglotError
+
     try:
         out = sqlglot.transpile(
             sql, read=source, write=to, unsupported_level=ErrorLevel.RAISE, pretty=False
@@ -90,6 +92,9 @@ def column_type(sql_type: str, to: str) -> str:
     """A column type written for DuckDB (BIGINT, DOUBLE, VARCHAR, DECIMAL(12,2)...) in `to`."""
     if to == "duckdb":
         return sql_type
+    from sqlglot import expressions as exp
+    from sqlglot.errors import SqlglotError
+
     try:
         return exp.DataType.build(sql_type, dialect="duckdb").sql(to)
     except SqlglotError as e:

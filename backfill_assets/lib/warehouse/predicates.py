@@ -15,74 +15,84 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from functools import lru_cache
-
-import sqlglot
-from sqlglot import exp
-from sqlglot.errors import ParseError, TokenError
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
 from backfill_assets.errors import InvalidInput
 
+if TYPE_CHECKING:
+    from sqlglot import exp
+
+# sqlglot is imported when a predicate is first parsed (about 0.1 s): the commands that only read
+# plans and the instance (`status`, `list`) never need it.
+
 HINT = 'a predicate is one expression over the row, e.g. "net_amount >= 0"'
 
-_ALLOWED_NODES: tuple[type[exp.Expr], ...] = (
-    exp.Column,
-    exp.Identifier,
-    exp.Literal,
-    exp.Boolean,
-    exp.Null,
-    exp.Paren,
-    exp.And,
-    exp.Or,
-    exp.Not,
-    exp.EQ,
-    exp.NEQ,
-    exp.GT,
-    exp.GTE,
-    exp.LT,
-    exp.LTE,
-    exp.NullSafeEQ,
-    exp.NullSafeNEQ,
-    exp.Is,
-    exp.In,
-    exp.Between,
-    exp.Like,
-    exp.ILike,
-    exp.Add,
-    exp.Sub,
-    exp.Mul,
-    exp.Div,
-    exp.Mod,
-    exp.Neg,
-    exp.DPipe,
-    exp.Cast,
-    exp.DataType,
-    exp.DataTypeParam,
-    exp.Case,
-    exp.If,
-    exp.Interval,
-    exp.Var,
-    # scalar functions
-    exp.Coalesce,
-    exp.Abs,
-    exp.Round,
-    exp.Floor,
-    exp.Ceil,
-    exp.Nullif,
-    exp.Length,
-    exp.Lower,
-    exp.Upper,
-    exp.Trim,
-    exp.Least,
-    exp.Greatest,
-    exp.TimestampTrunc,
-    exp.DateTrunc,
-    exp.Extract,
-    exp.Year,
-    exp.Month,
-    exp.Day,
-    exp.TimeToStr,
-)
+
+@cache
+def _allowed_nodes() -> tuple[type[exp.Expr], ...]:
+    from sqlglot import exp
+
+    return (
+        exp.Column,
+        exp.Identifier,
+        exp.Literal,
+        exp.Boolean,
+        exp.Null,
+        exp.Paren,
+        exp.And,
+        exp.Or,
+        exp.Not,
+        exp.EQ,
+        exp.NEQ,
+        exp.GT,
+        exp.GTE,
+        exp.LT,
+        exp.LTE,
+        exp.NullSafeEQ,
+        exp.NullSafeNEQ,
+        exp.Is,
+        exp.In,
+        exp.Between,
+        exp.Like,
+        exp.ILike,
+        exp.Add,
+        exp.Sub,
+        exp.Mul,
+        exp.Div,
+        exp.Mod,
+        exp.Neg,
+        exp.DPipe,
+        exp.Cast,
+        exp.DataType,
+        exp.DataTypeParam,
+        exp.Case,
+        exp.If,
+        exp.Interval,
+        exp.Var,
+        # scalar functions
+        exp.Coalesce,
+        exp.Abs,
+        exp.Round,
+        exp.Floor,
+        exp.Ceil,
+        exp.Nullif,
+        exp.Length,
+        exp.Lower,
+        exp.Upper,
+        exp.Trim,
+        exp.Least,
+        exp.Greatest,
+        exp.TimestampTrunc,
+        exp.DateTrunc,
+        exp.Extract,
+        exp.Year,
+        exp.Month,
+        exp.Day,
+        exp.TimeToStr,
+    )
+
+
 _CAST_TYPES = frozenset(
     {
         "BIGINT",
@@ -111,13 +121,17 @@ def _refuse(predicate: str, why: str) -> InvalidInput:
 def _parse(predicate: str, columns: frozenset[str]) -> exp.Expr:
     if "--" in predicate or "/*" in predicate or ";" in predicate:
         raise InvalidInput(f"predicate {predicate!r} contains a comment or ';'; {HINT}")
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import ParseError, TokenError
+
     try:
         tree = sqlglot.parse_one(predicate, read="duckdb")
     except (ParseError, TokenError) as e:
         first = str(e).splitlines()[0]
         raise _refuse(predicate, f"it is not a complete SQL expression ({first})") from None
     for node in tree.walk():
-        if not isinstance(node, _ALLOWED_NODES):
+        if not isinstance(node, _allowed_nodes()):
             raise _refuse(
                 predicate,
                 f"{node.sql('duckdb')!r} ({type(node).__name__}) is not allowed: use column names, "
@@ -131,6 +145,8 @@ def _parse(predicate: str, columns: frozenset[str]) -> exp.Expr:
 
 
 def _check_column(predicate: str, node: exp.Column, columns: frozenset[str]) -> None:
+    from sqlglot import exp
+
     if node.table or node.args.get("db") or node.args.get("catalog"):
         raise _refuse(predicate, f"{node.sql('duckdb')!r} names another table")
     ident = node.this
@@ -145,6 +161,8 @@ def _check_column(predicate: str, node: exp.Column, columns: frozenset[str]) -> 
 
 
 def _check_cast(predicate: str, node: exp.Cast) -> None:
+    from sqlglot import exp
+
     to = node.to
     name = to.this.name if isinstance(to, exp.DataType) else str(to)
     if name.upper() not in _CAST_TYPES:
@@ -164,6 +182,17 @@ def _check_cast(predicate: str, node: exp.Cast) -> None:
             ) from None
 
 
+# Predicates the command that wrote the code location's snapshot validated against these columns
+# (location/encoding.py): not parsed again to be validated.
+_VALIDATED: set[tuple[str, frozenset[str]]] = set()
+
+
+def mark_validated(predicate: str, columns: Iterable[str]) -> None:
+    """Record that `predicate` was validated over `columns` (by the command that wrote the
+    snapshot this one reads, from the same definitions)."""
+    _VALIDATED.add((predicate, frozenset(c.lower() for c in columns)))
+
+
 def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
     """Return `predicate` if it is a read-only expression over `columns`.
 
@@ -172,7 +201,9 @@ def validate_predicate(predicate: object, columns: Iterable[str]) -> str:
     """
     if not isinstance(predicate, str) or not predicate.strip():
         raise InvalidInput("a criteria predicate must be a non-empty SQL expression string")
-    _parse(predicate, frozenset(c.lower() for c in columns))
+    key = (predicate, frozenset(c.lower() for c in columns))
+    if key not in _VALIDATED:
+        _parse(*key)
     return predicate
 
 
@@ -187,6 +218,8 @@ def render_predicate(predicate: str, columns: Iterable[str], dialect: str = "duc
 @lru_cache(maxsize=512)
 def _render(predicate: str, columns: tuple[str, ...], dialect: str) -> str:
     validate_predicate(predicate, columns)
+    from sqlglot import exp
+
     declared = {c.lower(): c for c in columns}
     tree = _parse(predicate, frozenset(declared))
 
