@@ -189,7 +189,8 @@ _VALIDATED: set[tuple[str, frozenset[str]]] = set()
 
 def mark_validated(predicate: str, columns: Iterable[str]) -> None:
     """Record that `predicate` was validated over `columns` (by the command that wrote the
-    snapshot this one reads, from the same definitions)."""
+    snapshot this one reads, from the same definitions). `render_predicate` still parses and
+    checks it: what reaches a warehouse is always checked."""
     _VALIDATED.add((predicate, frozenset(c.lower() for c in columns)))
 
 
