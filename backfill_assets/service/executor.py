@@ -19,7 +19,7 @@ to `start`, which hands the plan to the daemon's batch driver.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 from zoneinfo import ZoneInfo
@@ -109,25 +109,28 @@ def in_window(plan: BackfillPlan, now: dt.datetime) -> bool:
 
 def batch_done(instance: dg.DagsterInstance, plan: BackfillPlan, batch: Batch) -> bool:
     """Every gate of every partition passed, on shadow data that this plan wrote."""
-    states = gate_states(instance, plan.shadow, batch.partitions, plan.plan_id, batch.gates)
-    return all(s.state == GateState.PASSED for s in states)
+    return batch.index in _passed(instance, plan, [batch])
 
 
 def passed_batches(instance: dg.DagsterInstance, plan: BackfillPlan) -> set[int]:
     """The indexes of the plan's batches that are done (`batch_done`), read at once: one read
     of the gates of all the plan's partitions per set of gates, where a batch at a time read
     the plan's runs again for each batch (a five-year plan has 262)."""
+    return _passed(instance, plan, plan.batches)
+
+
+def _passed(instance: dg.DagsterInstance, plan: BackfillPlan, batches: Sequence[Batch]) -> set[int]:
+    """Of `batches`, those whose every gate of every partition passed: one read of the gates per
+    set of gates the batches name."""
     by_gates: dict[tuple[str, ...], list[Batch]] = {}
-    for batch in plan.batches:
+    for batch in batches:
         by_gates.setdefault(tuple(batch.gates), []).append(batch)
     passed: set[int] = set()
-    for gates, batches in by_gates.items():
-        partitions = [p for b in batches for p in b.partitions]
+    for gates, group in by_gates.items():
+        partitions = [p for b in group for p in b.partitions]
         states = gate_states(instance, plan.shadow, partitions, plan.plan_id, gates)
-        ok: dict[str, bool] = {}
-        for s in states:
-            ok[s.partition] = ok.get(s.partition, True) and s.state == GateState.PASSED
-        passed |= {b.index for b in batches if all(ok.get(p, False) for p in b.partitions)}
+        not_passed = {s.partition for s in states if s.state != GateState.PASSED}
+        passed |= {b.index for b in group if not_passed.isdisjoint(b.partitions)}
     return passed
 
 

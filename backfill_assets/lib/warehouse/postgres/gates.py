@@ -168,7 +168,6 @@ def _gates(
     full_compare: bool,
     diff_tolerance: float | None,
 ) -> tuple[GateInputs, DataDiff | None]:
-    with_diff = diff_tolerance is not None
     cols = spec.column_names
     for c in unchanged:
         validate_ident(c, "unchanged column")
@@ -181,7 +180,7 @@ def _gates(
     rng = {"s": start, "e": end}
     days = [start + dt.timedelta(days=i) for i in range((end - start).days)]
     fp_cols = [hashable(spec, c) for c in (*spec.primary_key, *unchanged)]
-    hashed = full_compare and unchanged and not with_diff
+    hashed = full_compare and unchanged and diff_tolerance is None  # the diff stands for it
     fingerprint = f", bit_xor({_hash(fp_cols)})" if hashed else ", NULL"
     distinct_pk = pk[0] if len(pk) == 1 else f"ROW({', '.join(pk)})"
 
