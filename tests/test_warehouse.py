@@ -4,6 +4,8 @@ import datetime as dt
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from backfill_assets.errors import InvalidInput, WarehouseError
 from backfill_assets.example import orders as o
@@ -13,6 +15,7 @@ from backfill_assets.lib.gates import evaluate_gates
 from backfill_assets.lib.spec import Column, TableSpec
 from backfill_assets.lib.warehouse.duckdb import DuckDBWarehouse
 from backfill_assets.lib.warehouse.identifiers import quote_ident
+from backfill_assets.lib.warehouse.postgres.gates import _same_by_day
 from backfill_assets.lib.warehouse.predicates import (
     _VALIDATED,
     mark_validated,
@@ -560,3 +563,21 @@ def test_the_sample_read_from_the_shadow_alone_finds_what_the_full_sample_finds(
     samples = [(p, m) for c, p, _, _, m in fast if c == "sample_gate"]
     assert all(m["sampled_rows"] > 0 for _, m in samples)
     assert [g for g in fast if g[1] != "2026-01-14"] == [g for g in full if g[1] != "2026-01-14"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=6))
+def test_a_day_the_postgres_diff_finds_the_same_has_no_duplicate_key_on_either_side(counts):
+    """The PostgreSQL gates count duplicate keys only for the days the diff does not find the
+    same (`_same_by_day`): a day found the same must have each key once on each side. Each pair
+    is one key's rows in the shadow and in the live table; the diff's row is what the full join
+    on the key counts: rows in both (s * t), shadow only and live only."""
+    day = dt.date(2026, 1, 5)
+    both = sum(s * t for s, t in counts)
+    only_shadow = sum(s for s, t in counts if not t)
+    only_live = sum(t for s, t in counts if not s)
+    row = (0, day, both, only_shadow, only_live, 0)
+    shadow_rows, live_rows = sum(s for s, _ in counts), sum(t for _, t in counts)
+    same = _same_by_day([row], {day: shadow_rows}, {day: live_rows})[day]
+    once = all(s == t == 1 for s, t in counts if s or t)
+    assert same == once

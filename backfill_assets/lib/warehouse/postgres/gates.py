@@ -1,8 +1,8 @@
 """Everything the gates of one batch need from PostgreSQL: the queries of DuckDB's gates, in
 PostgreSQL's dialect, side by side on five connections; `gate_assembly` turns their rows into
 `GateInputs`. A batch's gates (`gates_and_diff`) also read the diff gate's diff beside them, on
-two more, and its join stands for the fingerprints of the key and the unchanged columns;
-`gate_inputs` alone hashes them.
+two more, and its join stands for the fingerprints of the key and the unchanged columns, and for
+the duplicate-key count of the days it finds the same; `gate_inputs` alone hashes them.
 
 Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, faster
 than hashing the row's text. A key is sampled when the hash of (key, day), seeded by
@@ -239,6 +239,9 @@ def _gates(
         if diff_tolerance is not None
         else []
     )
+    # Where the diff stands for the fingerprints, a day it finds the same has no duplicate key
+    # (`_same_by_day`): the duplicates are counted only for the days it does not.
+    dups_after = bool(diffs and as_one)
 
     # The queries are independent (each reads committed data, as on one autocommit connection):
     # each on its own connection, side by side, so the gates use the server's cores while the
@@ -247,13 +250,11 @@ def _gates(
         # The diff's parts first: they are the longest.
         diff_jobs = [pool.submit(_fetch, wh, q.aggregate(), None) for q in diffs]
         shadow_job = pool.submit(_fetch, wh, shadow_sql, rng)
-        dups_job = pool.submit(_fetch, wh, dups_sql, rng)
+        dups_job = None if dups_after else pool.submit(_fetch, wh, dups_sql, rng)
         live_job = pool.submit(_fetch, wh, live_sql, rng)
         source_job = pool.submit(_fetch, wh, source_sql, rng) if source_sql else None
         sample_job = pool.submit(_fetch, wh, sample_sql, sample_params)
-        dups = dict(dups_job.result()[1])
-        # As gate_assembly reads them: (day, rows, duplicate keys, fingerprint, *invariants).
-        shadow_stats = [(r[0], r[1], dups.get(r[0], 0), *r[2:]) for r in shadow_job.result()[1]]
+        shadow_rows = shadow_job.result()[1]
         live_stats = live_job.result()[1]
         source_rows: dict[dt.date, int] | None = None
         if source_job is not None:
@@ -262,6 +263,16 @@ def _gates(
                 source_rows[day] = n
         names, sampled_rows = sample_job.result()
         diff_rows = [row for job in diff_jobs for row in job.result()[1]]
+        same: dict[dt.date, bool] = {}
+        if dups_after:
+            same = _same_by_day(
+                diff_rows, {r[0]: r[1] for r in shadow_rows}, {r[0]: r[1] for r in live_stats}
+            )
+            unproven = [d for d in days if not same.get(d, True)]
+            dups_job = pool.submit(_fetch, wh, dups_sql, rng) if unproven else None
+        dups = dict(dups_job.result()[1]) if dups_job is not None else {}
+    # As gate_assembly reads them: (day, rows, duplicate keys, fingerprint, *invariants).
+    shadow_stats = [(r[0], r[1], dups.get(r[0], 0), *r[2:]) for r in shadow_rows]
 
     facts = assemble(
         spec,
@@ -280,7 +291,6 @@ def _gates(
         return facts, None
     if not as_one:
         return facts, assemble_diff(_whole(diffs), SchemaDiff(), diff_rows, {}, [], [])
-    same = _same_by_day(diff_rows, facts)
     samples = {
         d: dataclasses.replace(s, fingerprint_equal=same.get(d, True))
         for d, s in facts.samples.items()
@@ -293,10 +303,17 @@ def _gates(
     return facts, assemble_diff(_whole(diffs), SchemaDiff(), diff_rows, {}, [], [])
 
 
-def _same_by_day(rows: list[tuple], facts: GateInputs) -> dict[dt.date, bool]:
+def _same_by_day(
+    rows: list[tuple], shadow_rows: Mapping[dt.date, int], target_rows: Mapping[dt.date, int]
+) -> dict[dt.date, bool]:
     """Per day of the diff's rows (`DiffQueries.aggregate`'s: flag, day, in both, shadow only,
     live only, ..., and last the joined rows whose unchanged columns differ): the key and the
-    unchanged columns are the same multiset on both sides."""
+    unchanged columns are the same multiset on both sides, each key once.
+
+    Once: with s_k and t_k a key's rows on each side, every key on both (nothing one-sided), the
+    join has sum(s_k * t_k) rows; that equals sum(s_k), the shadow's rows, only if every t_k is
+    1, and equals sum(t_k) only if every s_k is 1. So a day found the same has no duplicate key
+    on either side."""
     same: dict[dt.date, bool] = {}
     for row in rows:
         day, both, only_shadow, only_live = row[1], int(row[2] or 0), row[3], row[4]
@@ -304,6 +321,6 @@ def _same_by_day(rows: list[tuple], facts: GateInputs) -> dict[dt.date, bool]:
             not only_shadow
             and not only_live
             and not row[-1]
-            and both == facts.shadow_rows.get(day, 0) == facts.target_rows.get(day, 0)
+            and both == shadow_rows.get(day, 0) == target_rows.get(day, 0)
         )
     return same
