@@ -34,6 +34,7 @@ MEASURES = (
     "dbt_refresh",
     "postgres",
     "adoption",
+    "daemon",
 )
 PG_CONTENDERS = (
     "floor_pg",
@@ -128,6 +129,16 @@ def test_small_bench_run_writes_every_measure_to_json_and_markdown(tmp_path: Pat
     assert dbt_refresh["per_grain_invocations"] == 3  # against one for the shadow build
     assert set(dbt_refresh["seconds"]) == {"shadow build", "single dbt build", "per grain"}
     assert all(v > 0 for v in dbt_refresh["seconds"].values())
+    # The daemon's path on both storages: each batch launched by the plan's runner run, what
+    # Dagster adds to it apart from its warehouse work.
+    daemon = doc["daemon"]["results"]
+    assert daemon["batches"] == 2
+    for storage, kind in (("sqlite", "SqliteRunStorage"), ("postgres", "PostgresRunStorage")):
+        figures = daemon[storage]
+        assert figures["storage"] == kind
+        assert figures["work_s"] > 0 and figures["launch_to_end_s"] > figures["work_s"]
+        assert figures["orchestration_s"] == figures["per_round"]["orchestration_s"][0]
+    assert "## daemon" in (tmp_path / "latest.md").read_text()
     assert doc["machine"]["nproc"] >= 1
     assert_load_recorded(doc)
     # The Dagster contender ran on the shipped instance config, in a DAGSTER_HOME it removed.
@@ -157,6 +168,8 @@ TIMED_PARTS = (
     ("postgres", "reader_queries"),
     ("adoption", "duckdb"),
     ("adoption", "postgres"),
+    ("daemon", "sqlite"),
+    ("daemon", "postgres"),
 )
 
 
@@ -180,6 +193,10 @@ ISSUE_GOALS = {
         ("duckdb adopt in place 28d x 200/day / one full scan", "<= 2"),
         ("postgres convert 28d x 200/day / CREATE TABLE AS copy", "<= 1.5"),
         ("postgres longest reader wait during the conversion (ms)", "<= 100"),
+    ],
+    "daemon": [
+        ("daemon path: what Dagster adds to a batch, sqlite storage", "<= 2"),
+        ("daemon path: what Dagster adds to a batch, postgres storage", "<= 2"),
     ],
 }
 

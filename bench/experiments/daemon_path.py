@@ -24,8 +24,9 @@ same data, and timed. Per batch:
 - and over the plan: from the start to the last batch's end, divided by the batches (this
   includes the first tick, up to 15 s, and the runner run's own start-up).
 
-Not a measure of `make bench` (it takes a minute a repeat and starts a server). The same path
-before the runner, one run per batch launched at each tick, took 15-16 s a batch (#46, by hand).
+`make bench`'s `daemon` measure runs `one_repeat` per round and storage at 10 batches; this runs
+it alone, at other sizes. The same path before the runner, one run per batch launched at each
+tick, took 15-16 s a batch (#46, by hand).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +73,58 @@ def main() -> None:
 
                 server = PgServer(stack.enter_context(throwaway_postgres()))
                 server.configure()
-            figures = one_repeat(tmp, args.batches, args.orders_per_day, server)
+            figures = one_repeat(tmp, args.batches, args.orders_per_day, server).describe()
         print(f"repeat {i + 1}: " + ", ".join(f"{k} {v}" for k, v in figures.items()), flush=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Repeat:
+    """One repeat's figures, per batch in the plan's order (seconds)."""
+
+    storage: str
+    batches: int
+    launch_to_end: list[float]  # the batch run's creation to its end
+    work: list[float]  # its warehouse work, done again afterwards and timed
+    between: list[float]  # a batch run's end to the next one's creation
+    phases: list[dict[str, float]]  # where each batch run's time went, by its events
+    start_to_done_s: float  # the plan's start to the last batch's end (ticks included)
+
+    @property
+    def orchestration(self) -> list[float]:
+        """What Dagster adds to each batch: launch to end less its warehouse work."""
+        return [t - w for t, w in zip(self.launch_to_end, self.work, strict=True)]
+
+    @property
+    def k(self) -> int:
+        """The batches compared at each end of the plan: 20, or half a shorter plan."""
+        return min(20, self.batches // 2) or 1
+
+    @property
+    def last_over_first(self) -> float:
+        """The last k batches' launch to end against the first k's (medians)."""
+        ms = statistics.median
+        return ms(self.launch_to_end[-self.k :]) / ms(self.launch_to_end[: self.k])
+
+    def describe(self) -> dict[str, Any]:
+        ms, k = statistics.median, self.k
+        growth = {}
+        for name in self.phases[0]:
+            first = ms([p[name] for p in self.phases[:k]])
+            last = ms([p[name] for p in self.phases[-k:]])
+            growth[name] = f"{first:.3f} -> {last:.3f} s"
+        return {
+            "storage": self.storage,
+            "batches": self.batches,
+            "launch to end (median)": f"{ms(self.launch_to_end):.2f} s",
+            "warehouse work (median)": f"{ms(self.work):.2f} s",
+            "orchestration per batch (median)": f"{ms(self.orchestration):.2f} s",
+            "orchestration (worst)": f"{max(self.orchestration):.2f} s",
+            "between batches (median)": f"{ms(self.between):.2f} s" if self.between else "n/a",
+            f"last {k} / first {k} (launch to end)": f"{self.last_over_first:.2f}",
+            f"first {k} -> last {k}, per phase (median)": growth,
+            "start to last batch's end": f"{self.start_to_done_s:.1f} s",
+            "per batch over the plan": f"{self.start_to_done_s / self.batches:.2f} s",
+        }
 
 
 def _free_port() -> int:
@@ -89,7 +142,17 @@ def _wait(what: str, check: Any, timeout: float, poll_s: float = 0.5) -> Any:
     return value
 
 
-def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dict[str, Any]:
+def one_repeat(
+    tmp: Path,
+    batches: int,
+    orders_per_day: int,
+    server: Any,
+    sensor_interval_s: int | None = None,
+    timed: Callable[[], AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Repeat:
+    """One repeat; `sensor_interval_s`: the sensors' interval, the default 15 s if None (it only
+    sets how long the first tick takes to come: the runner run runs the batches); `timed`: a
+    context the part from `dagster dev`'s start to the last batch's end runs in."""
     import dagster as dg
     import requests
 
@@ -141,42 +204,57 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dic
     approve_plan(instance, wh, table, plan, "bench")
     del wh
 
-    port = str(_free_port())
-    dagster = str(Path(sys.executable).with_name("dagster"))
-    with open(tmp / "dagster-dev.log", "ab") as log:
-        proc = subprocess.Popen(
-            [dagster, "dev", "-w", str(REPO_DIR / "workspace.yaml"), "-h", "127.0.0.1", "-p", port],
-            cwd=REPO_DIR,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc: subprocess.Popen[bytes] | None = None
     try:
-        url = f"http://127.0.0.1:{port}/server_info"
+        # The span a caller times (the `daemon` measure's load span): from `dagster dev`'s start
+        # to the last batch's end. Its stop comes after: the code servers it leaves to stop on
+        # their own are no longer the caller's descendants, so their CPU would read as others'.
+        with timed():
+            port = str(_free_port())
+            dagster = str(Path(sys.executable).with_name("dagster"))
+            env = dict(os.environ)
+            if sensor_interval_s is not None:
+                from backfill_assets.defs.factory import SENSOR_INTERVAL_ENV
 
-        def answers() -> bool:
-            try:
-                return requests.get(url, timeout=2).ok
-            except requests.RequestException:
-                return False
+                env[SENSOR_INTERVAL_ENV] = str(sensor_interval_s)
+            with open(tmp / "dagster-dev.log", "ab") as log:
+                workspace = str(REPO_DIR / "workspace.yaml")
+                proc = subprocess.Popen(
+                    [dagster, "dev", "-w", workspace, "-h", "127.0.0.1", "-p", port],
+                    cwd=REPO_DIR,
+                    env=env,
+                    # A shell's background job (or pytest) may leave SIGINT ignored, and dagster
+                    # dev would inherit that: it must stop on SIGINT, and on SIGTERM (which it
+                    # turns into one).
+                    preexec_fn=_default_sigint,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            url = f"http://127.0.0.1:{port}/server_info"
 
-        _wait("the webserver", answers, STARTUP_TIMEOUT_S)
-        started = time.time()
-        start_plan(instance, plan.plan_id, "bench", dt.datetime.now(UTC))
-        _wait(
-            "every batch to pass",
-            # One read of the plan's gates a second, not one per batch: this polls beside
-            # the runs it measures.
-            lambda: len(passed_batches(instance, plan)) == batches,
-            PLAN_TIMEOUT_S,
-            1.0,
-        )
-        done = time.time()
-        time.sleep(2)  # the runner's last tick of its own, and the run's end
+            def answers() -> bool:
+                try:
+                    return requests.get(url, timeout=2).ok
+                except requests.RequestException:
+                    return False
+
+            _wait("the webserver", answers, STARTUP_TIMEOUT_S)
+            started = time.time()
+            start_plan(instance, plan.plan_id, "bench", dt.datetime.now(UTC))
+            _wait(
+                "every batch to pass",
+                # One read of the plan's gates a second, not one per batch: this polls beside
+                # the runs it measures.
+                lambda: len(passed_batches(instance, plan)) == batches,
+                PLAN_TIMEOUT_S,
+                1.0,
+            )
+            done = time.time()
+            time.sleep(2)  # the runner's last tick of its own, and the run's end
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
+        if proc is not None:
+            _stop(proc)
 
     recs = [
         r
@@ -193,30 +271,34 @@ def one_repeat(tmp: Path, batches: int, orders_per_day: int, server: Any) -> dic
         b.create_timestamp.timestamp() - a.end_time  # type: ignore[operator]
         for a, b in itertools.pairwise(recs)
     ]
-    orchestration = [t - w for t, w in zip(launch_to_end, work, strict=True)]
-    ms = statistics.median
-    # Flat as the instance fills: the last batches' launch to end against the first ones'.
-    k = min(20, batches // 2) or 1
-    flat = ms(launch_to_end[-k:]) / ms(launch_to_end[:k])
     phases = [_phases(instance, r) for r in recs]
-    growth = {}
-    for name in phases[0]:
-        first, last = ms([p[name] for p in phases[:k]]), ms([p[name] for p in phases[-k:]])
-        growth[name] = f"{first:.3f} -> {last:.3f} s"
+    storage = type(instance.run_storage).__name__
     instance.dispose()
-    return {
-        "storage": type(instance.run_storage).__name__,
-        "batches": batches,
-        "launch to end (median)": f"{ms(launch_to_end):.2f} s",
-        "warehouse work (median)": f"{ms(work):.2f} s",
-        "orchestration per batch (median)": f"{ms(orchestration):.2f} s",
-        "orchestration (worst)": f"{max(orchestration):.2f} s",
-        "between batches (median)": f"{ms(between):.2f} s" if between else "n/a",
-        f"last {k} / first {k} (launch to end)": f"{flat:.2f}",
-        f"first {k} -> last {k}, per phase (median)": growth,
-        "start to last batch's end": f"{done - started:.1f} s",
-        "per batch over the plan": f"{(done - started) / batches:.2f} s",
-    }
+    return Repeat(storage, batches, launch_to_end, work, between, phases, done - started)
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop `dagster dev` as Ctrl-C does: it stops the webserver, the daemon and the code
+    servers and waits for them, so that their CPU is reaped inside the bench's process tree (the
+    load monitor counts it as the bench's own; a process killed with its parent gone is counted
+    as the others'). The whole process group is terminated if it has not stopped in 30 s, and
+    killed if that did not stop it in 30 s more."""
+    for sig, group in ((signal.SIGINT, False), (signal.SIGTERM, True), (signal.SIGKILL, True)):
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+        try:
+            proc.wait(30)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+    proc.wait(30)
 
 
 def _phases(instance: Any, rec: Any) -> dict[str, float]:

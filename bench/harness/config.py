@@ -77,6 +77,10 @@ class Size:
     # adoption: days (from a Monday; 1,826 = 5 years) of orders a day in the existing table.
     adopt_days: int = 1_826
     adopt_rows_per_day: int = 10_000
+    # daemon: the ISO weeks (batches) of the plan started for the batch driver, per storage, and
+    # the sensors' interval (None: the default 15 s; shorter only brings the first tick sooner).
+    daemon_batches: int = 10
+    daemon_sensor_interval_s: int | None = None
 
     @property
     def start(self) -> dt.date:
@@ -117,6 +121,8 @@ SIZES: dict[str, Size] = {
         dbt_rows_per_day=500,
         adopt_days=28,
         adopt_rows_per_day=200,
+        daemon_batches=2,
+        daemon_sensor_interval_s=5,
     ),
     "default": Size(
         name="default",

@@ -603,6 +603,48 @@ def _adoption(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def _daemon(r: dict[str, Any]) -> list[str]:
+    out = [
+        f"A plan of {r['batches']} ISO weeks ({r['orders_per_day']:,} orders a day) started for "
+        "the batch driver under `dagster dev`, on the shipped instance config; per batch, its "
+        "run's creation to its end less its warehouse work (done again afterwards and timed): "
+        "what Dagster adds (median over the batches, then over the clean rounds).",
+        "",
+    ]
+    rows = []
+    for name in ("sqlite", "postgres"):
+        s = r[name]
+        if "orchestration_s" not in s:
+            rows.append([name, s.get("reason", "not run"), "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                f"{name} ({s['storage']})",
+                _f(s["orchestration_s"], 2),
+                _f(s["worst_s"], 2),
+                _f(s["work_s"], 2),
+                _f(s["between_s"], 2),
+                f"{_f(s['last_over_first'], 2)} ({s['k']} / {s['k']})",
+                _f(s["start_to_done_s"], 1),
+            ]
+        )
+    out += _table(
+        [
+            "storage",
+            "Dagster adds s (median)",
+            "worst s",
+            "warehouse work s",
+            "between batches s",
+            "last k / first k",
+            "start to last end s",
+        ],
+        rows,
+    )
+    for name in ("sqlite", "postgres"):
+        out += _part_load(r[name])
+    return out + _goals(r["goals"])
+
+
 RENDERERS = {
     "safety_overhead": _safety,
     "swap_scaling": _swap,
@@ -614,6 +656,7 @@ RENDERERS = {
     "dbt_refresh": _dbt_refresh,
     "postgres": _postgres,
     "adoption": _adoption,
+    "daemon": _daemon,
 }
 
 

@@ -31,6 +31,7 @@ from bench.harness.report import machine, markdown
 from bench.measures import (
     adoption,
     cli_latency,
+    daemon,
     dbt_refresh,
     driver,
     gates,
@@ -56,6 +57,7 @@ MEASURES: dict[str, Measure] = {
     "dbt_refresh": lambda ctx, _templates: dbt_refresh.run(ctx),
     "postgres": postgres.run,
     "adoption": lambda ctx, _templates: adoption.run(ctx),
+    "daemon": lambda ctx, _templates: daemon.run(ctx),
 }
 
 
@@ -145,24 +147,28 @@ def run_measures(ctx: BenchContext, names: list[str], started_at: str) -> dict[s
     return entries
 
 
+# The measures reported in parts, each part with its own rounds and load.
+_PARTS = {
+    "postgres": ("backfill", "swap", "blocked_readers", "reader_queries"),
+    "adoption": ("duckdb", "postgres"),
+    "daemon": ("sqlite", "postgres"),
+}
+
+
 def timed_parts(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(label, results) of every measured part that records its rounds' load: one per measure,
     four for `postgres` (its backfill, swap, readers during swaps, reader queries), two for
-    `adoption` (DuckDB, PostgreSQL)."""
+    `adoption` (DuckDB, PostgreSQL) and `daemon` (SQLite and PostgreSQL storage)."""
     out = []
     for name in MEASURES:
         entry = doc.get(name, {})
         if entry.get("status") != "measured":
             continue
         r = entry["results"]
-        if name == "postgres":
-            for part in ("backfill", "swap", "blocked_readers", "reader_queries"):
+        if name in _PARTS:
+            for part in _PARTS[name]:
                 if "load" in r.get(part, {}):
-                    out.append((f"postgres {part}", r[part]))
-        elif name == "adoption":
-            for part in ("duckdb", "postgres"):
-                if "load" in r.get(part, {}):
-                    out.append((f"adoption {part}", r[part]))
+                    out.append((f"{name} {part}", r[part]))
         elif "load" in r:
             out.append((name, r))
     return out
