@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +121,27 @@ def rounded(obj: Any, digits: int = 4) -> Any:
     if isinstance(obj, list | tuple):
         return [rounded(v, digits) for v in obj]
     return obj
+
+
+def saved_env(names: Sequence[str]) -> dict[str, str | None]:
+    """The environment variables `names` as they are (None: unset), for `restore_env`."""
+    return {k: os.environ.get(k) for k in names}
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put back what `saved_env` saved: a variable that was unset is removed."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@contextmanager
+def env_kept(*names: str) -> Iterator[None]:
+    """The environment variables `names` put back as they were when the block ends."""
+    saved = saved_env(names)
+    try:
+        yield
+    finally:
+        restore_env(saved)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import statistics
 import tempfile
 import time
@@ -39,7 +38,7 @@ from bench.harness.load import (
     round_load,
 )
 from bench.harness.load import summary as load_summary
-from bench.harness.measure import goal, median
+from bench.harness.measure import env_kept, goal, median
 
 GOAL_S = 2.0
 ORDERS_PER_DAY = 300
@@ -54,19 +53,6 @@ _ENV = (
     "DAGSTER_PG_PASSWORD",
     "DAGSTER_PG_DB",
 )
-
-
-@contextlib.contextmanager
-def _env_kept() -> Any:
-    saved = {k: os.environ.get(k) for k in _ENV}
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -109,7 +95,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             for rnd in range(ctx.repeats):
                 tmp = Path(tempfile.mkdtemp(prefix=f"bench_daemon_{storage}_", dir=ctx.workdir))
                 spans: list[dict[str, Any]] = []
-                with _env_kept():
+                with env_kept(*_ENV):
                     timed = functools.partial(_span, ctx, spans)
                     interval = ctx.size.daemon_sensor_interval_s
                     repeat = one_repeat(tmp, batches, ORDERS_PER_DAY, server, interval, timed)

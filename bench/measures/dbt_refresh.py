@@ -38,7 +38,7 @@ from bench.harness.load import (
     round_load,
 )
 from bench.harness.load import summary as load_summary
-from bench.harness.measure import BenchError, goal, median
+from bench.harness.measure import BenchError, goal, median, restore_env, saved_env
 
 GOAL_RATIO = 1.2
 HISTORY_START = dt.date(2026, 1, 5)  # a Monday
@@ -90,7 +90,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
     rounds: list[dict[str, Any]] = []
     root = Path(tempfile.mkdtemp(prefix="bench_dbt_", dir=ctx.workdir))
     path = root / "warehouse.duckdb"
-    saved = {k: os.environ.get(k) for k in (WAREHOUSE_ENV, "BACKFILL_ASSETS_DBT_PROJECT")}
+    saved = saved_env((WAREHOUSE_ENV, "BACKFILL_ASSETS_DBT_PROJECT"))
     os.environ[WAREHOUSE_ENV] = str(path)
     os.environ["BACKFILL_ASSETS_DBT_PROJECT"] = str(REPO_DIR / "dbt_project")
     try:
@@ -155,11 +155,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
                 rounds.append(round_load(rnd, [span]))
                 print_noisy(f"dbt_refresh round {rnd + 1}", rounds[-1])
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        restore_env(saved)
     use = kept(rounds)
     ratios = [times["shadow build"][i] / times["single dbt build"][i] for i in range(n_rounds)]
     grain_ratios = [times["per grain"][i] / times["single dbt build"][i] for i in range(n_rounds)]
