@@ -568,7 +568,7 @@ def test_the_sample_read_from_the_shadow_alone_finds_what_the_full_sample_finds(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=6))
 def test_a_day_the_postgres_diff_finds_the_same_has_no_duplicate_key_on_either_side(counts):
-    """The PostgreSQL gates count duplicate keys only for the days the diff does not find the
+    """The PostgreSQL gates count duplicate keys only when the diff does not find every day the
     same (`_same_by_day`): a day found the same must have each key once on each side. Each pair
     is one key's rows in the shadow and in the live table; the diff's row is what the full join
     on the key counts: rows in both (s * t), shadow only and live only."""

@@ -2,7 +2,7 @@
 PostgreSQL's dialect, side by side on five connections; `gate_assembly` turns their rows into
 `GateInputs`. A batch's gates (`gates_and_diff`) also read the diff gate's diff beside them, on
 two more, and its join stands for the fingerprints of the key and the unchanged columns, and for
-the duplicate-key count of the days it finds the same; `gate_inputs` alone hashes them.
+the duplicate-key count when it finds every day the same; `gate_inputs` alone hashes them.
 
 Row hashes are `hash_record_extended(ROW(...), seed)`: the columns' own hash functions, faster
 than hashing the row's text. A key is sampled when the hash of (key, day), seeded by
@@ -240,7 +240,7 @@ def _gates(
         else []
     )
     # Where the diff stands for the fingerprints, a day it finds the same has no duplicate key
-    # (`_same_by_day`): the duplicates are counted only for the days it does not.
+    # (`_same_by_day`): the batch's duplicates are counted only when a day is not the same.
     dups_after = bool(diffs and as_one)
 
     # The queries are independent (each reads committed data, as on one autocommit connection):
@@ -268,7 +268,7 @@ def _gates(
             same = _same_by_day(
                 diff_rows, {r[0]: r[1] for r in shadow_rows}, {r[0]: r[1] for r in live_stats}
             )
-            unproven = [d for d in days if not same.get(d, True)]
+            unproven = not all(same.values())
             dups_job = pool.submit(_fetch, wh, dups_sql, rng) if unproven else None
         dups = dict(dups_job.result()[1]) if dups_job is not None else {}
     # As gate_assembly reads them: (day, rows, duplicate keys, fingerprint, *invariants).
