@@ -58,22 +58,16 @@ def main() -> None:
 
     from backfill_assets.example import orders as o
     from backfill_assets.example.spec import ORDERS_CRITERIA, ORDERS_SPEC
-    from backfill_assets.lib.review.diff import DEFAULT_TOLERANCE
+    from backfill_assets.lib.gates.evaluate import diff_tolerance, gate_reads
     from backfill_assets.lib.warehouse.postgres import PostgresWarehouse
     from backfill_assets.lib.warehouse.postgres import gates as current
     from backfill_assets.testing.throwaway_postgres import throwaway_postgres
     from bench.harness.pg_data import PgServer, land_sources, vacuum_analyze
 
-    sample = ORDERS_CRITERIA.sample
-    assert sample is not None
+    # What a batch of the example's plan reads, as `evaluate_gates` asks for it.
     reads = {
-        "plan_id": "ab",
-        "sample_size": sample.size,
-        "unchanged": sample.unchanged_columns,
-        "changed_predicates": {c.name: c.must_hold for c in sample.changed_columns if c.must_hold},
-        "invariants": {i.name: i.predicate for i in ORDERS_CRITERIA.invariants},
-        "full_compare": True,
-        "tolerance": DEFAULT_TOLERANCE,
+        **gate_reads(ORDERS_CRITERIA, "ab"),
+        "tolerance": diff_tolerance(ORDERS_CRITERIA),
     }
     with tempfile.TemporaryDirectory(prefix="pg-gates-ab-") as tmp, throwaway_postgres() as server:
         base = _module_at(args.base, Path(tmp))

@@ -175,6 +175,26 @@ def diff_outcome(
     return GateOutcome(DIFF_CHECK, day.isoformat(), not problems, desc, meta)
 
 
+def diff_tolerance(criteria: Criteria) -> float:
+    """How far apart two floats may be and count as the same in the diff."""
+    return criteria.diff.float_tolerance if criteria.diff else DEFAULT_TOLERANCE
+
+
+def gate_reads(criteria: Criteria, plan_id: str) -> dict[str, Any]:
+    """The keywords of `GateSource.gate_inputs` (and `gates_and_diff`) that `criteria` asks for."""
+    assert criteria.sample is not None
+    return {
+        "plan_id": plan_id,
+        "sample_size": criteria.sample.size,
+        "unchanged": criteria.sample.unchanged_columns,
+        "changed_predicates": {
+            c.name: c.must_hold for c in criteria.sample.changed_columns if c.must_hold
+        },
+        "invariants": {i.name: i.predicate for i in criteria.invariants},
+        "full_compare": criteria.sample.full_compare,
+    }
+
+
 def evaluate_gates(
     wh: GateSource,
     spec: TableSpec,
@@ -186,17 +206,8 @@ def evaluate_gates(
     """Every gate for every partition of [start, end) of the shadow, from one set of reads."""
     assert criteria.row_count is not None and criteria.sample is not None
     thresholds = criteria.diff
-    tolerance = thresholds.float_tolerance if thresholds else DEFAULT_TOLERANCE
-    reads: dict[str, Any] = {
-        "plan_id": plan_id,
-        "sample_size": criteria.sample.size,
-        "unchanged": criteria.sample.unchanged_columns,
-        "changed_predicates": {
-            c.name: c.must_hold for c in criteria.sample.changed_columns if c.must_hold
-        },
-        "invariants": {i.name: i.predicate for i in criteria.invariants},
-        "full_compare": criteria.sample.full_compare,
-    }
+    tolerance = diff_tolerance(criteria)
+    reads = gate_reads(criteria, plan_id)
     if isinstance(wh, JointGateSource):
         facts, diff = wh.gates_and_diff(spec, start, end, tolerance=tolerance, **reads)
     else:
