@@ -101,12 +101,11 @@ def run(ctx: BenchContext) -> dict[str, Any]:
                     repeat = one_repeat(tmp, batches, ORDERS_PER_DAY, server, interval, timed)
                 repeats.append(repeat)
                 rounds.append(round_load(rnd, spans))
-                r = repeats[-1]
                 print(
                     f"  daemon {storage} round {rnd + 1}: Dagster adds "
-                    f"{statistics.median(r.orchestration):.2f} s a batch (worst "
-                    f"{max(r.orchestration):.2f} s), the warehouse work "
-                    f"{statistics.median(r.work):.2f} s",
+                    f"{statistics.median(repeat.orchestration):.2f} s a batch (worst "
+                    f"{max(repeat.orchestration):.2f} s), the warehouse work "
+                    f"{statistics.median(repeat.work):.2f} s",
                     flush=True,
                 )
                 print_noisy(f"daemon {storage} round {rnd + 1}", rounds[-1])
