@@ -9,8 +9,8 @@ then the second week's shadow built by v2 (the bench's batch: 7 days of `--rows-
 git, with everything else this checkout's), `--rounds` times each after one untimed read each.
 Prints each one's median and every round. The shadow write is timed once for scale.
 
-The default base is the commit before the duplicate-key count was left to the days the diff does
-not find the same (docs/performance.md, "The diff gate on PostgreSQL").
+The default base is the commit before the duplicate-key count ran only when a day of the batch
+is not found the same by the diff (docs/performance.md, "The diff gate on PostgreSQL").
 """
 
 from __future__ import annotations
