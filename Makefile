@@ -7,7 +7,7 @@ export DAGSTER_HOME := $(CURDIR)/dagster_home
 export BACKFILL_ASSETS_WAREHOUSE ?= $(CURDIR)/data/warehouse.duckdb
 export BACKFILL_ASSETS_DBT_PROJECT ?= $(CURDIR)/dbt_project
 
-.PHONY: setup demo test test-fast lint dev bench screenshots browser postgres clean
+.PHONY: setup demo test test-fast lint dev bench bench-five-years screenshots browser postgres clean
 
 $(BIN)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,11 @@ dev: setup
 
 bench: setup postgres
 	$(BIN)/python -m bench
+
+## One plan over five years of daily partitions, end to end, on SQLite and PostgreSQL storage
+## (about 25 minutes; bench/five_years.py). Writes bench/results/five_years.json.
+bench-five-years: setup postgres
+	$(BIN)/python -m bench.five_years
 
 ## Headless Chromium for the browser tests (Debian's package; `playwright install` cannot work here).
 browser:
