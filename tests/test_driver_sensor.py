@@ -200,6 +200,30 @@ def test_an_approved_plan_is_driven_only_after_the_start_job_ran(defs, instance,
     ]
 
 
+def test_the_tick_reads_a_plans_runs_and_gates_only_once_it_is_started(
+    defs, instance, history, monkeypatch
+):
+    """A plan approved but not started (or run by `backfill-assets run`) gets "not started"
+    whatever its runs and gates say: the tick does not read them (on a five-year plan, the gates
+    of 1,826 partitions every tick). Once started, it does."""
+    import backfill_assets.service.batch_driver as driver
+
+    reads: list[str] = []
+    real = driver.plan_facts
+
+    def counted(instance, table, plan, record, **kw):
+        reads.append(plan.plan_id)
+        return real(instance, table, plan, record, **kw)
+
+    monkeypatch.setattr(driver, "plan_facts", counted)
+    plan = make_plan(defs, instance, history, "2026-01-03", "2026-01-17", window=WINDOW)
+    assert "approved but not started" in (tick(defs, instance, INSIDE).skip_message or "")
+    assert reads == []
+    start_plan(instance, plan.plan_id, "tests", dt.datetime.now(UTC))
+    assert tick(defs, instance, INSIDE).run_requests
+    assert reads == [plan.plan_id]
+
+
 def test_the_start_job_refuses_a_plan_that_is_not_approved(defs, instance, warehouse_path):
     # The start job reads the warehouse's record of the plan (BACKFILL_ASSETS_WAREHOUSE).
     result = defs.resolve_job_def(START_JOB).execute_in_process(

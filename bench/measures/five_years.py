@@ -1,14 +1,16 @@
-"""`python -m bench.five_years [--days 1826] [--orders-per-day 20] [--storage sqlite,postgres]
-[--out DIR] [--no-wait]`: one plan over five years of daily partitions, end to end (issue #46,
-part 2). `make bench-five-years` runs it at the issue's size: about 25 minutes on 2 cores.
+"""`python -m bench.measures.five_years [--days 1826] [--orders-per-day 20] [--storage
+sqlite,postgres] [--reads 3] [--out DIR] [--no-wait] [--keep]`: one plan over five years of
+daily partitions, end to end (issue #46, part 2). `make bench-five-years` runs it at the issue's
+size: about 25 minutes on 2 cores. Not part of `make bench`, for its length.
 
 Per storage, in a fresh DAGSTER_HOME and a fresh warehouse:
 - sqlite: the shipped dagster.yaml (SQLite storage), a DuckDB warehouse file;
 - postgres: the shipped dagster.postgres.yaml, Dagster's storage and the warehouse in two
   databases of one throwaway server.
 
-The code location is `bench.five_years_location` (the example's table, partitions from 2020),
-passed to every command as a user passes theirs (`-m`). The story, as an operator runs it:
+The code location is `bench.measures.five_years_location` (the example's table, partitions
+from 2020), passed to every command as a user passes theirs (`-m`). The story, as an operator
+runs it:
 1. seed: the sources for the range, and `orders_daily` built by logic v1, recorded in the
    instance as one materialization per day (untimed);
 2. plan: the planner in-process on the five years, warm (the goal's figure), then the same plan
@@ -17,14 +19,20 @@ passed to every command as a user passes theirs (`-m`). The story, as an operato
    run with its per-partition gates (`--ignore-window`: the measure runs at any hour). The
    figures come from the command's own per-batch seconds;
 4. with the plan and its runs in the instance: `status` and `list` (each three times), and the
-   batch driver's tick (the real sensor, evaluated in-process, five times after one untimed);
-5. `swap --no-refresh`, `rollback`, `swap` again, `release`: each command's wall time and the
-   warehouse transaction's own seconds, as the instance records them. The bench checks the
-   range by its own checksum after each (the rollback restores the v1 rows exactly). On
-   PostgreSQL a reader in another process queries the target throughout
-   (bench.measures.pg_reader_child): the longest extra wait a swap or rollback caused it.
+   batch driver's tick (the real sensor, evaluated in-process, five times after one untimed),
+   with the plan as `run` left it and again after `backfill-assets start` (every batch passed:
+   the tick reads every partition's gates), then `pause`;
+5. `swap --no-refresh`, then `rollback`: each command's wall time and the warehouse
+   transaction's own seconds, as the instance records them;
+6. the same fix again as a new plan (a rolled-back plan is done; its window differs by a minute,
+   so its id does): `plan`, `approve`, `run` to the end, `swap --no-refresh`, `release`.
 
-The instance's growth is read around step 3: events per batch (every event of the plan's runs)
+The bench checks the range by its own checksum after each swap and rollback (the rollback
+restores the v1 rows exactly; the second swap publishes the first one's rows). On PostgreSQL a
+reader in another process queries the target from the first swap to the release
+(bench.measures.pg_reader_child): the longest extra wait a swap or rollback caused it.
+
+The instance's growth is read around each run: events per batch (every event of the plan's runs)
 and bytes per batch (the DAGSTER_HOME's files, or the storage database's size).
 
 The whole story runs in one load span per storage (bench.harness.load): it waits for quiet first
@@ -58,11 +66,14 @@ from bench.harness.measure import BenchError, env_kept, goal, timed_process
 from bench.harness.report import machine
 
 CLI = str(Path(PYTHON).with_name("backfill-assets"))
-LOCATION = ("-m", "bench.five_years_location")
+LOCATION = ("-m", "bench.measures.five_years_location")
 STORAGES = ("sqlite", "postgres")
 WINDOW = "02:00-23:59"
 SECOND_WINDOW = "02:00-23:58"
-SECOND_RUN_KEYS = ("run_s", "batch_s", "first_batches_s", "last_batches_s", "last_over_first")
+SECOND_RUN_KEYS = (
+    "run_s", "batch_s", "first_batches_s", "last_batches_s", "last_over_first",
+    "events_per_batch", "bytes_per_batch",
+)  # fmt: skip
 # The first and the last batches compared (fewer when the plan is short: the smoke test).
 ENDS = 20
 READS = 3  # `status` and `list`, each
@@ -84,18 +95,23 @@ GOALS = {
     "status_s": 1.5,
     "list_s": 1.5,
     "tick_s": 0.2,
+    "tick_started_s": 0.2,
     "swap_s": 1.0,
     "reader_wait_s": 0.2,
 }
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.five_years", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m bench.measures.five_years", description=__doc__)
     ap.add_argument("--days", type=int, default=1826, help="daily partitions in the plan")
     ap.add_argument("--orders-per-day", type=int, default=20)
     ap.add_argument("--storage", default=",".join(STORAGES), help="sqlite,postgres or either")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--reads", type=int, default=READS, help="times `status` and `list` each run")
     ap.add_argument("--no-wait", action="store_true", help="do not wait for quiet (smoke test)")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep each storage's instance, warehouse and logs"
+    )
     args = ap.parse_args(argv)
     args.storages = [s for s in args.storage.split(",") if s]
     bad = [s for s in args.storages if s not in STORAGES]
@@ -103,6 +119,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error(f"--storage takes {' or '.join(STORAGES)}, comma-separated; got {args.storage}")
     if args.days < 14:
         ap.error("--days must be at least 14 (two weeks: a first and a last batch)")
+    if args.reads < 1:
+        ap.error("--reads must be at least 1")
     return args
 
 
@@ -204,7 +222,7 @@ def reader(warehouse: str, days: list[dt.date], log: Path) -> Iterator[list[Any]
 
 
 def one_storage(
-    storage: str, root: Path, days: int, orders_per_day: int, monitor: LoadMonitor
+    storage: str, root: Path, args: argparse.Namespace, monitor: LoadMonitor
 ) -> dict[str, Any]:
     import dagster as dg
 
@@ -231,8 +249,8 @@ def one_storage(
         os.environ["DAGSTER_HOME"], os.environ[WAREHOUSE_ENV] = str(home), warehouse
         env = {**os.environ, "PYTHONWARNINGS": "ignore"}
         with dg.DagsterInstance.get() as instance:
-            return _story(storage, root, home, warehouse, dagster_db, env, instance, days,
-                          orders_per_day, monitor)  # fmt: skip
+            return _story(storage, root, home, warehouse, dagster_db, env, instance, args,
+                          monitor)  # fmt: skip
 
 
 def _story(
@@ -243,14 +261,14 @@ def _story(
     dagster_db: str | None,
     env: dict[str, str],
     instance: Any,
-    days: int,
-    orders_per_day: int,
+    args: argparse.Namespace,
     monitor: LoadMonitor,
 ) -> dict[str, Any]:
     from backfill_assets.example.seed import write_history
     from backfill_assets.example.sources import land_fx_rates, land_raw_orders
     from backfill_assets.lib.warehouse.connect import open_warehouse
 
+    days, orders_per_day = args.days, args.orders_per_day
     first, last = plan_range(days, dt.datetime.now(dt.UTC).date())
     print(f"five_years {storage}: {days} days, {first}..{last}, {orders_per_day} orders a day")
     t0 = time.perf_counter()
@@ -260,7 +278,9 @@ def _story(
     write_history(instance, wh, first, last)
     seed_s = time.perf_counter() - t0
     print(f"  seeded in {seed_s:.0f} s", flush=True)
-    story = Story(instance, warehouse, Commands(root, env), home, dagster_db, first, last, root)
+    story = Story(
+        instance, warehouse, Commands(root, env), home, dagster_db, first, last, root, args.reads
+    )
     out: dict[str, Any] = {"storage": storage, "days": days, "orders_per_day": orders_per_day}
     out["range"] = f"{first}..{last}"
     out["seed_s"] = seed_s
@@ -286,6 +306,7 @@ class Story:
     first: dt.date
     last: dt.date
     root: Path
+    n_reads: int = READS
     # When each swap or rollback ran, and when the bench itself read the target (monotonic).
     ops: dict[str, list[tuple[float, float]]] = dataclasses.field(
         default_factory=lambda: {"swap": [], "rollback": []}
@@ -345,7 +366,7 @@ class Story:
         from backfill_assets.lib.planning.build import PlanRequest
         from backfill_assets.lib.warehouse.connect import open_warehouse
         from backfill_assets.service.planner import plan_backfill
-        from bench.five_years_location import TABLE, five_year_definitions
+        from bench.measures.five_years_location import TABLE, five_year_definitions
 
         out: dict[str, Any] = {}
         if planner:
@@ -416,14 +437,18 @@ class Story:
 
     def reads(self, plan_id: str) -> dict[str, Any]:
         """`status` and `list` by the CLI, and the driver's tick in-process, with the plan and
-        its runs in the instance."""
+        its runs in the instance: as `run` left it (not started for the driver), then started
+        by `backfill-assets start` (its batches all passed), then paused again. Of the started
+        tick: the read of every partition's gates (`passed_batches`), timed alone."""
         import dagster as dg
 
         from backfill_assets.constants import driver_sensor
-        from bench.five_years_location import TABLE, five_year_definitions
+        from backfill_assets.service.executor import passed_batches
+        from backfill_assets.service.plans import load_plan
+        from bench.measures.five_years_location import TABLE, five_year_definitions
 
-        status = [self.cli("status", plan_id)[0] for _ in range(READS)]
-        listed = [self.cli("list")[0] for _ in range(READS)]
+        status = [self.cli("status", plan_id)[0] for _ in range(self.n_reads)]
+        listed = [self.cli("list")[0] for _ in range(self.n_reads)]
         definitions = five_year_definitions()
         sensor = definitions.get_sensor_def(driver_sensor(TABLE.key))
 
@@ -434,22 +459,44 @@ class Story:
                 sensor(context)
                 return time.perf_counter() - t
 
-        tick()  # untimed: the first tick pays one-off imports
-        ticks = [tick() for _ in range(TICKS)]
-        print(
-            f"  with the plan's runs: `status` {statistics.median(status):.2f} s, `list` "
-            f"{statistics.median(listed):.2f} s, driver tick "
-            f"{statistics.median(ticks) * 1000:.0f} ms",
-            flush=True,
-        )
-        return {
+        def timed_ticks() -> list[float]:
+            tick()  # untimed: the first tick pays one-off imports
+            return [tick() for _ in range(TICKS)]
+
+        ticks = timed_ticks()
+        start_s, _ = self.cli("start", plan_id)
+        started = timed_ticks()
+        plan, _ = load_plan(self.instance, plan_id)
+        gates: list[float] = []
+        done: set[int] = set()
+        for _ in range(TICKS):
+            t = time.perf_counter()
+            done = passed_batches(self.instance, plan)
+            gates.append(time.perf_counter() - t)
+        if len(done) != len(plan.batches):
+            raise BenchError(f"{len(done)} of {len(plan.batches)} batches read as passed")
+        pause_s, _ = self.cli("pause", plan_id)
+        out = {
             "status_s": statistics.median(status),
             "list_s": statistics.median(listed),
             "tick_s": statistics.median(ticks),
+            "tick_started_s": statistics.median(started),
+            "tick_started_gates_s": statistics.median(gates),
+            "cli_start_s": start_s,
+            "cli_pause_s": pause_s,
             "status_s_runs": status,
             "list_s_runs": listed,
             "tick_s_runs": ticks,
+            "tick_started_s_runs": started,
         }
+        print(
+            f"  with the plan's runs: `status` {out['status_s']:.2f} s, `list` "
+            f"{out['list_s']:.2f} s; driver tick {out['tick_s'] * 1000:.0f} ms, "
+            f"{out['tick_started_s'] * 1000:.0f} ms once started (its gates read "
+            f"{out['tick_started_gates_s'] * 1000:.0f} ms)",
+            flush=True,
+        )
+        return out
 
     def op(self, kind: str, plan_id: str) -> tuple[float, float]:
         """`swap --no-refresh` or `rollback`: the command's wall time, and its transaction's
@@ -483,7 +530,8 @@ def _goals(out: dict[str, Any], *, no_verdict: bool) -> list[dict[str, Any]]:
         "plan_s": "planning the plan (planner, warm), s",
         "status_s": "`status` with the plan's runs, s",
         "list_s": "`list` with the plan's runs, s",
-        "tick_s": "batch driver tick, s",
+        "tick_s": "batch driver tick, the plan run by `run`, s",
+        "tick_started_s": "batch driver tick, the plan started, s",
         "swap_s": f"swap of {out['batches']} weeks (its transaction), s",
         "reader_wait_s": "longest reader wait behind a swap or rollback, s",
     }
@@ -506,12 +554,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for storage in args.storages:
             root = work / storage
             root.mkdir()
-            results[storage] = one_storage(storage, root, args.days, args.orders_per_day, monitor)
+            results[storage] = one_storage(storage, root, args, monitor)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"five_years: kept {work} (PostgreSQL storage: its server is gone)")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     doc = {
         "started_at": started,
-        "command": "python -m bench.five_years " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(
+            ["python -m bench.measures.five_years", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "machine": machine(),
         "load_policy": monitor.policy(),
         "wall_s": time.perf_counter() - t0,

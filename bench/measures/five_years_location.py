@@ -1,5 +1,6 @@
-"""The five-year measure's code location (`bench.five_years`): the example's `orders_daily`,
-declared by a user whose history starts in 2020, so five years of daily partitions exist.
+"""The five-year measure's code location (`bench.measures.five_years`): the example's
+`orders_daily`, declared by a user whose history starts in 2020, so five years of daily
+partitions exist.
 
 It is what a team's own code location looks like at its smallest: one `BackfillableTable`,
 `backfill_definitions([table])`, and the table's daily job. No dbt models: the measure is about
