@@ -64,8 +64,11 @@ def test_the_story_runs_on_both_storages_and_reports_every_figure(tmp_path: Path
         # 14 days ending on a Sunday: two ISO weeks, one batch each.
         assert (r["batches"], r["partitions"]) == (2, 14), storage
         assert len(r["batch_s_runs"]) == 2 and r["ends"] == 1
-        assert len(r["second_run"]) == 7 and r["second_run_last_over_first_run_first"] > 0
+        assert len(r["second_run"]) == 8 and r["second_run_last_over_first_run_first"] > 0
         assert r["last_over_first"] > 0
+        assert set(r["phases_s"]) == {"runner", "to_step", "step", "after_step"}
+        assert all(v["first"] >= 0 and v["last"] >= 0 for v in r["phases_s"].values())
+        assert r["phases_s"]["step"]["first"] > 0
         assert r["events_per_batch"] > 7, "a batch records at least one event per partition"
         assert r["bytes_per_batch"] > 0
         for key in (
