@@ -55,7 +55,7 @@ bench: setup postgres
 	$(BIN)/python -m bench
 
 ## One plan over five years of daily partitions, end to end, on SQLite and PostgreSQL storage
-## (about 25 minutes; bench/measures/five_years.py). Writes bench/results/five_years.json.
+## (about 15 minutes; bench/measures/five_years.py). Writes bench/results/five_years.json.
 bench-five-years: setup postgres
 	$(BIN)/python -m bench.measures.five_years
 

@@ -123,6 +123,19 @@ def rounded(obj: Any, digits: int = 4) -> Any:
     return obj
 
 
+# What a measure sets for an instance of its own (DAGSTER_HOME, the warehouse, Dagster's
+# PostgreSQL storage); put back after each (env_kept).
+INSTANCE_ENV = (
+    "DAGSTER_HOME",
+    "BACKFILL_ASSETS_WAREHOUSE",
+    "DAGSTER_PG_HOST",
+    "DAGSTER_PG_PORT",
+    "DAGSTER_PG_USERNAME",
+    "DAGSTER_PG_PASSWORD",
+    "DAGSTER_PG_DB",
+)
+
+
 def saved_env(names: Sequence[str]) -> dict[str, str | None]:
     """The environment variables `names` as they are (None: unset), for `restore_env`."""
     return {k: os.environ.get(k) for k in names}

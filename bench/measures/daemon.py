@@ -38,21 +38,11 @@ from bench.harness.load import (
     round_load,
 )
 from bench.harness.load import summary as load_summary
-from bench.harness.measure import env_kept, goal, median
+from bench.harness.measure import INSTANCE_ENV, env_kept, goal, median
 
 GOAL_S = 2.0
 ORDERS_PER_DAY = 300
 STORAGES = ("sqlite", "postgres")
-# What a repeat sets for `dagster dev` and the instance; put back after each.
-_ENV = (
-    "DAGSTER_HOME",
-    "BACKFILL_ASSETS_WAREHOUSE",
-    "DAGSTER_PG_HOST",
-    "DAGSTER_PG_PORT",
-    "DAGSTER_PG_USERNAME",
-    "DAGSTER_PG_PASSWORD",
-    "DAGSTER_PG_DB",
-)
 
 
 @contextlib.contextmanager
@@ -95,7 +85,7 @@ def run(ctx: BenchContext) -> dict[str, Any]:
             for rnd in range(ctx.repeats):
                 tmp = Path(tempfile.mkdtemp(prefix=f"bench_daemon_{storage}_", dir=ctx.workdir))
                 spans: list[dict[str, Any]] = []
-                with env_kept(*_ENV):
+                with env_kept(*INSTANCE_ENV):
                     timed = functools.partial(_span, ctx, spans)
                     interval = ctx.size.daemon_sensor_interval_s
                     repeat = one_repeat(tmp, batches, ORDERS_PER_DAY, server, interval, timed)

@@ -18,11 +18,13 @@ builds are not swaps: the queries that overlap them count for neither.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from backfill_assets.example import orders as o
@@ -165,38 +167,44 @@ def reader_waits(
     return out
 
 
+@contextlib.contextmanager
+def reader_process(url: str, query_days: Sequence[dt.date], log: Path) -> Iterator[list[Any]]:
+    """A reader of the target in another process (pg_reader_child), querying `query_days` from the
+    block's start to its end; the yielded list gets its report (samples and errors) once the
+    block ends."""
+    got: list[Any] = []
+    cmd = [PYTHON, "-m", "bench.measures.pg_reader_child", url]
+    cmd += [d.isoformat() for d in query_days]
+    with log.open("a") as err:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            text=True,
+        )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        if proc.stdout.readline().strip() != READY:
+            raise BenchError(f"the reader process did not start; see {log}")
+        yield got
+    finally:
+        proc.stdin.close()  # the reader's signal to stop and report
+        report = proc.stdout.read()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0 or not report.strip():
+        raise BenchError(f"the reader process failed (exit {proc.returncode}); see {log}")
+    got.append(json.loads(report.strip().splitlines()[-1]))
+
+
 def measure_blocked_readers(ctx: BenchContext, url: str) -> dict[str, Any]:
     r0, r1 = _range(ctx)
     log = ctx.workdir / "logs" / "pg_reader.log"
     log.parent.mkdir(exist_ok=True)
-    cmd = [
-        PYTHON,
-        "-m",
-        "bench.measures.pg_reader_child",
-        url,
-        *(d.isoformat() for d in days(r0, r1)),
-    ]
-    with log.open("a") as err:
-        reader = subprocess.Popen(
-            cmd, cwd=REPO_DIR, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-            text=True,
-        )  # fmt: skip
-    assert reader.stdin is not None and reader.stdout is not None
-    try:
-        if reader.stdout.readline().strip() != READY:
-            raise BenchError(f"the reader process did not start; see {log}")
+    with reader_process(url, days(r0, r1), log) as report:
         busy, ops, inner = _swaps_under_readers(ctx, url)
-    finally:
-        reader.stdin.close()  # the reader's signal to stop and report
-        report = reader.stdout.read()
-        try:
-            reader.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            reader.kill()
-            reader.wait()
-    if reader.returncode != 0 or not report.strip():
-        raise BenchError(f"the reader process failed (exit {reader.returncode}); see {log}")
-    got = json.loads(report.strip().splitlines()[-1])
+    got = report[-1]
     if got["errors"]:
         raise BenchError(f"readers failed during swaps: {got['errors'][:3]}")
     waits = reader_waits([tuple(s) for s in got["samples"]], busy, ops)
