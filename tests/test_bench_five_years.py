@@ -72,7 +72,8 @@ def test_the_story_runs_on_both_storages_and_reports_every_figure(tmp_path: Path
         assert r["events_per_batch"] > 7, "a batch records at least one event per partition"
         assert r["bytes_per_batch"] > 0
         for key in (
-            "plan_s", "status_s", "list_s", "tick_s", "tick_started_s", "tick_started_gates_s",
+            "plan_s", "status_s", "list_s", "tick_s", "tick_started_s", "tick_started_first_s",
+            "tick_started_gates_s",
             "cli_start_s", "swap_s", "rollback_s",
         ):  # fmt: skip
             assert r[key] > 0, (storage, key)

@@ -170,6 +170,51 @@ def test_after_batch_one_passed_its_gates_the_driver_requests_batch_two(defs, in
     assert req.tags[PARTITION_RANGE_START_TAG] == "2026-01-05"
 
 
+def test_a_tick_reads_the_gates_again_only_after_a_run_of_the_plan_or_a_write_of_the_shadow(
+    defs, instance, plan, monkeypatch
+):
+    """Between batches and from the last batch to the swap every tick asks which batches passed
+    (on a five-year plan, the gates of 1,826 partitions). The answer is kept while the plan's
+    runs and the shadow's writes are as they were, and read again once either changes."""
+    import backfill_assets.service.batch_driver as driver
+
+    reads: list[str] = []
+    real = driver.passed_batches
+
+    def counted(instance, plan):
+        reads.append(plan.plan_id)
+        return real(instance, plan)
+
+    monkeypatch.setattr(driver, "passed_batches", counted)
+    first = plan.batches[0]
+    assert run_job(
+        defs,
+        shadow_job(plan.target),
+        instance,
+        start=first.start,
+        end_inclusive=first.end,
+        tags=batch_tags(plan, first),
+    ).success
+    for _ in range(3):
+        (req,) = tick(defs, instance, INSIDE).run_requests or []
+        assert req.run_key == f"{plan.plan_id}-batch-2-attempt-1"
+    assert reads == [plan.plan_id]
+    # Something other than the plan writes a day of batch 1 in the shadow: its gates no longer
+    # speak for what the shadow holds, and the next tick sees it.
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=plan.shadow, partition=first.start.isoformat())
+    )
+    (req,) = tick(defs, instance, INSIDE).run_requests or []
+    assert req.run_key == f"{plan.plan_id}-batch-1-attempt-2"
+    assert reads == [plan.plan_id] * 2
+    # A run of the plan ends: read again.
+    run = started_run(defs, instance, "orders_daily__shadow_job", batch_run_tags(plan, 1))
+    assert not tick(defs, instance, INSIDE).run_requests  # in progress: nothing read
+    instance.report_run_failed(run)
+    assert "halted" in (tick(defs, instance, INSIDE).skip_message or "")
+    assert reads == [plan.plan_id] * 3
+
+
 def test_a_failed_batch_halts_the_plan_until_it_is_started_again_as_a_new_attempt(
     defs, instance, plan
 ):

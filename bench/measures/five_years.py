@@ -21,7 +21,8 @@ runs it:
 4. with the plan and its runs in the instance: `status` and `list` (each three times), and the
    batch driver's tick (the real sensor, evaluated in-process, five times after one untimed),
    with the plan as `run` left it and again after `backfill-assets start` (every batch passed:
-   the tick reads every partition's gates), then `pause`;
+   the first tick after the start reads every partition's gates, the next ones keep its
+   answer while the plan's runs and the shadow's writes stay as they were), then `pause`;
 5. `swap --no-refresh`, then `rollback`: each command's wall time and the warehouse
    transaction's own seconds, as the instance records them;
 6. the same fix again as a new plan (a rolled-back plan is done; its window differs by a minute,
@@ -478,7 +479,10 @@ class Story:
 
         ticks = timed_ticks()
         start_s, _ = self.cli("start", plan_id)
-        started = timed_ticks()
+        # The first tick after the start reads every partition's gates; the next ones find the
+        # plan's runs and the shadow's writes as that tick did, and keep its answer.
+        first_started = tick()
+        started = [tick() for _ in range(TICKS)]
         plan, _ = load_plan(self.instance, plan_id)
         gates: list[float] = []
         done: set[int] = set()
@@ -494,6 +498,7 @@ class Story:
             "list_s": statistics.median(listed),
             "tick_s": statistics.median(ticks),
             "tick_started_s": statistics.median(started),
+            "tick_started_first_s": first_started,
             "tick_started_gates_s": statistics.median(gates),
             "cli_start_s": start_s,
             "cli_pause_s": pause_s,
@@ -505,7 +510,8 @@ class Story:
         print(
             f"  with the plan's runs: `status` {out['status_s']:.2f} s, `list` "
             f"{out['list_s']:.2f} s; driver tick {out['tick_s'] * 1000:.0f} ms, "
-            f"{out['tick_started_s'] * 1000:.0f} ms once started (its gates read "
+            f"{out['tick_started_s'] * 1000:.0f} ms once started, the first one after the start "
+            f"{out['tick_started_first_s'] * 1000:.0f} ms (the gates read "
             f"{out['tick_started_gates_s'] * 1000:.0f} ms)",
             flush=True,
         )
