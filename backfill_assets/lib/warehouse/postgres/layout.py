@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from backfill_assets.constants import BACKUP_INFIX, WEEK_INFIX, YEAR_INFIX
 from backfill_assets.errors import InvalidInput, WarehouseError
@@ -207,15 +208,29 @@ class PostgresLayout(PostgresMeta):
         self._attach(con, parent, name, monday)
 
     def _attach(self, con: Connection, parent: str, name: str, monday: dt.date) -> None:
+        _x(con, self._attach_sql(parent, name, monday))
+
+    def _attach_sql(self, parent: str, name: str, monday: dt.date) -> str:
         nxt = monday + dt.timedelta(days=7)
-        _x(
-            con,
+        return (
             f"ALTER TABLE {self._q(parent)} ATTACH PARTITION {self._q(name)} "
-            f"FOR VALUES FROM ('{monday}') TO ('{nxt}')",
+            f"FOR VALUES FROM ('{monday}') TO ('{nxt}')"
         )
 
     def _detach(self, con: Connection, parent: str, name: str) -> None:
-        _x(con, f"ALTER TABLE {self._q(parent)} DETACH PARTITION {self._q(name)}")
+        _x(con, self._detach_sql(parent, name))
+
+    def _detach_sql(self, parent: str, name: str) -> str:
+        return f"ALTER TABLE {self._q(parent)} DETACH PARTITION {self._q(name)}"
+
+    @staticmethod
+    def _script(con: Connection, statements: Sequence[str]) -> None:
+        """Statements composed here from validated identifiers, without parameters, sent as one
+        script: one round trip to the server, not one per statement. A swap's catalog moves
+        hold locks that block the target's readers from the first to the commit; at five years
+        they were 1,300 statements (docs/performance.md)."""
+        if statements:
+            _x(con, ";\n".join(statements))
 
     def _drop_shadow(self, con: Connection, spec: TableSpec) -> int:
         tables = self._week_tables(con, spec.shadow_name)

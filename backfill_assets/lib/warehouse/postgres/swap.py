@@ -177,31 +177,44 @@ class PostgresSwap(PostgresLayout):
             # The companions: checked and recorded before any lock that blocks their readers.
             published = self._plan_companions(con, key, plan_id, companions)
             self._set_status(con, spec.name, plan_id, SWAPPED, details)
-            # 2. The catalog moves. The companions are locked first: a reader of a mart and the
-            # target in one statement takes the mart's lock first (its FROM order), so it waits
-            # for the swap holding nothing the swap needs; locked last, the reader would hold
-            # the mart while waiting for the target and the swap would wait for it (each
-            # attempt then times out and starts again).
+            # Where each week moves from and to, read (and a new ISO year's table created and
+            # attached, which readers do not wait for) before any lock that blocks them.
+            parents = {
+                week: (
+                    self._parent_of(con, live[week]) if week in live else None,
+                    self._week_parent(con, spec, week_monday(wdays[0])),
+                )
+                for week, wdays in sorted(by_week.items())
+            }
+            # 2. The catalog moves, sent as one script: they hold locks that block the
+            # target's readers until COMMIT. The companions are locked first: a reader of a
+            # mart and the target in one statement takes the mart's lock first (its FROM
+            # order), so it waits for the swap holding nothing the swap needs; locked last, the
+            # reader would hold the mart while waiting for the target and the swap would wait
+            # for it (each attempt then times out and starts again).
+            moves: list[str] = []
             held = [self._q(c.live) for c, _, had_live in published if had_live]
             if held:
-                _x(con, f"LOCK TABLE {', '.join(held)} IN ACCESS EXCLUSIVE MODE")
+                moves.append(f"LOCK TABLE {', '.join(held)} IN ACCESS EXCLUSIVE MODE")
             # Then ACCESS EXCLUSIVE on the weeks' year tables until COMMIT.
             for week, wdays in sorted(by_week.items()):
                 monday = week_monday(wdays[0])
-                self._detach(con, spec.shadow_name, shadow[week])
-                if week in live:
-                    self._detach(con, self._parent_of(con, live[week]), live[week])
+                was_in, goes_to = parents[week]
+                moves.append(self._detach_sql(spec.shadow_name, shadow[week]))
+                if was_in is not None:
+                    moves.append(self._detach_sql(was_in, live[week]))
                     backup = self._week_table(backup_base, monday)
-                    _x(con, f"ALTER TABLE {self._q(live[week])} RENAME TO {ident(backup)}")
+                    moves.append(f"ALTER TABLE {self._q(live[week])} RENAME TO {ident(backup)}")
                 name = self._week_table(spec.name, monday)
-                _x(con, f"ALTER TABLE {self._q(shadow[week])} RENAME TO {ident(name)}")
-                self._attach(con, self._week_parent(con, spec, monday), name, monday)
+                moves.append(f"ALTER TABLE {self._q(shadow[week])} RENAME TO {ident(name)}")
+                moves.append(self._attach_sql(goes_to, name, monday))
             # Then each companion (ACCESS EXCLUSIVE on it until COMMIT): live -> backup,
             # shadow -> live.
             for c, backup, had_live in published:
                 if had_live:
-                    _x(con, f"ALTER TABLE {self._q(c.live)} RENAME TO {ident(backup)}")
-                _x(con, f"ALTER TABLE {self._q(c.shadow)} RENAME TO {ident(c.live)}")
+                    moves.append(f"ALTER TABLE {self._q(c.live)} RENAME TO {ident(backup)}")
+                moves.append(f"ALTER TABLE {self._q(c.shadow)} RENAME TO {ident(c.live)}")
+            self._script(con, moves)
         return partitions, len(by_week), tuple(c.live for c, _, _ in published)
 
     def _plan_companions(
@@ -329,21 +342,31 @@ class PostgresSwap(PostgresLayout):
             )
             self._free_plan(con, spec.name, plan_id)
             self._set_status(con, spec.name, plan_id, ROLLED_BACK)
-            # 2. The catalog moves.
-            for _, cur, bk, r0 in moves:
+            # Where each week moves from and to, read before any lock that blocks readers.
+            parents = [
+                (
+                    self._parent_of(con, cur) if cur else None,
+                    self._week_parent(con, spec, week_monday(r0)),
+                )
+                for _, cur, _, r0 in moves
+            ]
+            # 2. The catalog moves, sent as one script (as the swap's).
+            script: list[str] = []
+            for (_, cur, bk, r0), (was_in, goes_to) in zip(moves, parents, strict=True):
                 monday = week_monday(r0)
-                if cur:
-                    self._detach(con, self._parent_of(con, cur), cur)
-                    _x(con, f"DROP TABLE {self._q(cur)}")
+                if cur and was_in is not None:
+                    script.append(self._detach_sql(was_in, cur))
+                    script.append(f"DROP TABLE {self._q(cur)}")
                 name = self._week_table(spec.name, monday)
-                _x(con, f"ALTER TABLE {self._q(bk)} RENAME TO {ident(name)}")
-                self._attach(con, self._week_parent(con, spec, monday), name, monday)
+                script.append(f"ALTER TABLE {self._q(bk)} RENAME TO {ident(name)}")
+                script.append(self._attach_sql(goes_to, name, monday))
             # Then each companion: the published table dropped, its backup renamed back.
             for live_name, bk_name, had_live, exists in companion_moves:
                 if exists:
-                    _x(con, f"DROP TABLE {self._q(live_name)}")
+                    script.append(f"DROP TABLE {self._q(live_name)}")
                 if had_live:
-                    _x(con, f"ALTER TABLE {self._q(bk_name)} RENAME TO {ident(live_name)}")
+                    script.append(f"ALTER TABLE {self._q(bk_name)} RENAME TO {ident(live_name)}")
+            self._script(con, script)
         return partitions, len(log), tuple(m[0] for m in companion_moves)
 
     def release_backup(self, spec: TableSpec, plan_id: str) -> int:
