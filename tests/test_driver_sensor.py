@@ -78,6 +78,21 @@ def batch_run_tags(plan, index: int) -> dict[str, str]:
     return {PLAN_ID_TAG: plan.plan_id, BATCH_TAG: str(index), WRITER_TAG: plan.target}
 
 
+def run_batch_one(defs, instance, plan):
+    """Batch 1, run as the daemon would launch it (the plan is started, so `backfill-assets run`
+    refuses to take turns with the driver); returns the batch."""
+    first = plan.batches[0]
+    assert run_job(
+        defs,
+        shadow_job(plan.target),
+        instance,
+        start=first.start,
+        end_inclusive=first.end,
+        tags=batch_tags(plan, first),
+    ).success
+    return first
+
+
 @pytest.fixture
 def plan(defs, instance, history):
     """An approved, started plan of 2026-01-03..2026-01-17 (3 batches) in window 02:00-05:00."""
@@ -154,17 +169,7 @@ def test_run_keys_are_deterministic_and_a_launched_batch_is_never_requested_twic
 
 
 def test_after_batch_one_passed_its_gates_the_driver_requests_batch_two(defs, instance, plan):
-    # Batch 1 runs as the daemon would launch it (the plan is started, so `backfill-assets run`
-    # refuses to take turns with the driver).
-    first = plan.batches[0]
-    assert run_job(
-        defs,
-        shadow_job(plan.target),
-        instance,
-        start=first.start,
-        end_inclusive=first.end,
-        tags=batch_tags(plan, first),
-    ).success
+    run_batch_one(defs, instance, plan)
     (req,) = tick(defs, instance, INSIDE).run_requests or []
     assert req.run_key == f"{plan.plan_id}-batch-2-attempt-1"
     assert req.tags[PARTITION_RANGE_START_TAG] == "2026-01-05"
@@ -186,15 +191,7 @@ def test_a_tick_reads_the_gates_again_only_after_a_run_of_the_plan_or_a_write_of
         return real(instance, plan)
 
     monkeypatch.setattr(driver, "passed_batches", counted)
-    first = plan.batches[0]
-    assert run_job(
-        defs,
-        shadow_job(plan.target),
-        instance,
-        start=first.start,
-        end_inclusive=first.end,
-        tags=batch_tags(plan, first),
-    ).success
+    first = run_batch_one(defs, instance, plan)
     for _ in range(3):
         (req,) = tick(defs, instance, INSIDE).run_requests or []
         assert req.run_key == f"{plan.plan_id}-batch-2-attempt-1"

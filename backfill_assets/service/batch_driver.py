@@ -16,6 +16,7 @@ The decorated sensors and jobs in `defs/` call these and do nothing else.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from collections import defaultdict
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
@@ -255,6 +256,7 @@ def plan_facts(
 # were read from, the batches). See `_passed_since_last_tick`.
 _PASSED: dict[str, tuple[Hashable, frozenset[int]]] = {}
 _PASSED_PLANS = 64  # plans remembered; the oldest is forgotten first
+_PASSED_LOCK = threading.Lock()  # a code server may evaluate several tables' sensors at once
 
 
 def _passed_since_last_tick(
@@ -288,10 +290,11 @@ def _passed_since_last_tick(
     if kept is not None and kept[0] == seen:
         return set(kept[1])
     passed = passed_batches(instance, plan)
-    _PASSED.pop(plan.plan_id, None)
-    if len(_PASSED) >= _PASSED_PLANS:
-        _PASSED.pop(next(iter(_PASSED)))
-    _PASSED[plan.plan_id] = (seen, frozenset(passed))
+    with _PASSED_LOCK:
+        _PASSED.pop(plan.plan_id, None)
+        if len(_PASSED) >= _PASSED_PLANS:
+            _PASSED.pop(next(iter(_PASSED)))
+        _PASSED[plan.plan_id] = (seen, frozenset(passed))
     return passed
 
 
