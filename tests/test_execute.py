@@ -9,7 +9,7 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from backfill_assets.constants import GATE_NAMES, PLAN_ID_TAG, shadow_job
+from backfill_assets.constants import BATCH_TAG, GATE_NAMES, PLAN_ID_TAG, shadow_job
 from backfill_assets.errors import GateFailed, SwapRefused
 from backfill_assets.example.declaration import ORDERS
 from backfill_assets.example.orders import ORDERS_DAILY_SQL as ORDERS_SQL
@@ -189,6 +189,79 @@ def test_swap_refuses_when_a_partition_was_rewritten_after_its_check(defs, insta
     with pytest.raises(SwapRefused, match=r"2026-01-08 \w+_gate stale"):
         perform_swap(instance, table, history, plan.plan_id)
     assert _checksums(history) == before
+
+
+def test_the_plan_of_each_latest_shadow_write_is_read_from_its_data_version(
+    defs, instance, history
+):
+    """The gates read which plan wrote each partition's latest shadow write from its data
+    version, `plan <id>` (one indexed read for a whole plan); a write without one (made before
+    shadow writes carried it, or by anything else) is read from its metadata."""
+    from backfill_assets.service.gating import latest_writers, shadow_writers
+
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    execute(defs, instance, history, plan)
+    shadow = dg.AssetKey(plan.shadow)
+    latest: dict[str, int] = {}
+    for rec in instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=shadow, asset_partitions=list(plan.partitions)), limit=999
+    ).records:  # newest first
+        latest.setdefault(str(rec.partition_key), rec.storage_id)
+    assert len(latest) == len(plan.partitions)
+    assert latest_writers(instance, plan.shadow, latest) == {
+        i: plan.plan_id for i in latest.values()
+    }
+    # A write by something else that names the plan in its metadata, and has no data version.
+    day = plan.partitions[3]
+    instance.report_runless_asset_event(
+        dg.AssetMaterialization(asset_key=shadow, partition=day, metadata={"plan_id": plan.plan_id})
+    )
+    (newest,) = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=shadow, asset_partitions=[day]), limit=1
+    ).records
+    assert latest_writers(instance, plan.shadow, {day: newest.storage_id}) == {}
+    assert shadow_writers(instance, plan.shadow, [newest.storage_id]) == {
+        newest.storage_id: plan.plan_id
+    }
+    # Asked about the write before it, the index answers as of that write, not the newest one.
+    assert latest_writers(instance, plan.shadow, {day: latest[day]}) == {latest[day]: plan.plan_id}
+
+
+def test_a_plans_own_evaluations_are_looked_for_only_in_its_runs_of_those_days(
+    defs, instance, history, monkeypatch
+):
+    """When a day's latest gate evaluation is another plan's (a new plan over days an earlier
+    plan checked), the plan's own is looked for in its runs: only in those whose partition
+    tags hold that day, not in every run of the plan."""
+    from backfill_assets.service import gating
+
+    plan = make_plan(defs, instance, history, START.isoformat(), END.isoformat())
+    execute(defs, instance, history, plan)
+    runs = [
+        r.dagster_run
+        for r in instance.get_run_records(dg.RunsFilter(tags={PLAN_ID_TAG: plan.plan_id}))
+    ]
+    assert len(runs) == len(plan.batches) >= 3
+    read: list[str] = []
+    real = instance.all_logs
+
+    def counted(run_id, *args, **kwargs):
+        read.append(run_id)
+        return real(run_id, *args, **kwargs)
+
+    monkeypatch.setattr(instance, "all_logs", counted)
+    day = plan.batches[1].partitions[0]
+    found = gating._from_runs(instance, runs, {(day, g) for g in GATE_NAMES})
+    assert {k for k, e in found.items() if e.status == "SUCCEEDED"} == {
+        (day, g) for g in GATE_NAMES
+    }
+    (batch_two,) = [r.run_id for r in runs if r.tags.get(BATCH_TAG) == "2"]
+    assert read == [batch_two]
+    # A day none of its runs wrote: nothing is read.
+    read.clear()
+    outside = (END + dt.timedelta(days=30)).isoformat()
+    assert gating._from_runs(instance, runs, {(outside, GATE_NAMES[0])}) == {}
+    assert read == []
 
 
 def test_a_shadow_run_outside_the_plan_is_refused_and_the_swap_still_holds(defs, instance, history):

@@ -35,6 +35,7 @@ from backfill_assets.lib.planning.criteria import Criteria
 from backfill_assets.lib.states import ACTIVE_PLAN_STATUSES
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
+from backfill_assets.service.gating import PLAN_METADATA, plan_data_version
 from backfill_assets.service.reconcile import current_plan
 from backfill_assets.service.writes import prepared_build, write_partitions
 
@@ -73,7 +74,8 @@ def build_shadow_asset(table: BackfillableTable) -> dg.AssetsDefinition:
                 wh, table, start, end, shadow=True, plan_id=plan_id, build=build
             )
             yield dg.MaterializeResult(
-                metadata={**rows_metadata(context, counts), "plan_id": plan_id}
+                metadata={**rows_metadata(context, counts), PLAN_METADATA: plan_id},
+                data_version=plan_data_version(plan_id),
             )
             outcomes = evaluate_gates(wh, spec, criteria, start, end, plan_id)
         yield from gate_events(context, shadow_key, outcomes)
