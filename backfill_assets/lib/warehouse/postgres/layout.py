@@ -217,9 +217,6 @@ class PostgresLayout(PostgresMeta):
             f"FOR VALUES FROM ('{monday}') TO ('{nxt}')"
         )
 
-    def _detach(self, con: Connection, parent: str, name: str) -> None:
-        _x(con, self._detach_sql(parent, name))
-
     def _detach_sql(self, parent: str, name: str) -> str:
         return f"ALTER TABLE {self._q(parent)} DETACH PARTITION {self._q(name)}"
 
