@@ -483,6 +483,7 @@ class _Reader:
         self.counts: set[int] = set()
         self.longest = 0.0
         self.reads = 0
+        self.elapsed = 0.0
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -504,10 +505,12 @@ class _Reader:
                 self.reads += 1
 
     def __enter__(self) -> _Reader:
+        self._t0 = time.perf_counter()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.elapsed = time.perf_counter() - self._t0
         self._stop.set()
         self._thread.join(timeout=30)
 
@@ -557,8 +560,11 @@ def test_a_plain_postgres_table_is_converted_online_and_the_whole_cycle_and_its_
     execute(defs, instance, wh, plan)
     with _Reader(postgres_url) as swap:
         assert perform_swap(instance, ORDERS, wh, plan.plan_id).action == "swapped"
-    # The switch held readers no longer than a swap (plus scheduling noise).
-    assert conversion.longest <= swap.longest + 0.25, (conversion.longest, swap.longest)
+    # The switch held readers about as long as a swap: 10-35 ms each on a quiet machine, up to
+    # 0.4 s for the switch under the suite's load. A lock held over the copy would hold them for
+    # most of the conversion (8 s quiet), which the bound's share of it would catch.
+    allowed = swap.longest + max(0.25, conversion.elapsed / 10)
+    assert conversion.longest <= allowed, (conversion.longest, swap.longest, conversion.elapsed)
     daily = HISTORY_END
     wh.replace_partitions(SPEC, daily, daily + dt.timedelta(days=1), build=ORDERS_DAILY_SQL)
     daily_sum = wh.checksums(SPEC, daily, daily + dt.timedelta(days=1))[daily]

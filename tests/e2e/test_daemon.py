@@ -558,9 +558,10 @@ def launchpad_plan_around_a_daily_run(dev: Dev) -> None:
     run_ids = {r.dagster_run.run_id for r in recs}
 
     def refresh_tick() -> list[dict[str, Any]]:
-        # The tick records its run ids once it has submitted every run it requested.
+        # The tick records its run ids once it has submitted every run it requested, and its
+        # status a moment later, when it ends: wait for both.
         ticks = _sensor_ticks(dev, REFRESH_SENSOR) or []
-        return [t for t in ticks if set(t["runIds"]) == run_ids]
+        return [t for t in ticks if set(t["runIds"]) == run_ids and t["status"] != "STARTED"]
 
     assert wait_for("the refresh sensor's tick", refresh_tick, 30, dev)[0]["status"] == "SUCCESS"
     # The first (the daily grain, upstream of the rest) runs through the daemon and succeeds;
