@@ -17,6 +17,7 @@ in the instance) changes nothing.
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -120,9 +121,12 @@ def _from_runs(
     its batch runs, and reading every run's evaluations for them took 2.7 s of `status` half
     way through a five-year plan (docs/performance.md)."""
     found: dict[tuple[str, str], _Evaluation] = {}
-    days = sorted({pk for pk, _ in wanted})
+    # Each day still wanted, with how many of its pairs are not found yet (kept as pairs are
+    # found: recomputed after each run, it took 1.2 s of 7,304 pairs over 261 runs).
+    left = Counter(pk for pk, _ in wanted)
+    days = sorted(left)
     for run in runs:
-        if len(found) == len(wanted):
+        if not days:
             break
         span = _days(run)
         if span is not None and bisect.bisect_right(days, span[1]) == bisect.bisect_left(
@@ -141,7 +145,9 @@ def _from_runs(
                 found[key] = _Evaluation(
                     "SUCCEEDED" if data.passed else "FAILED", target.storage_id if target else 0
                 )
-        days = sorted({pk for pk, gate in wanted if (pk, gate) not in found})
+                left[data.partition] -= 1
+                if not left[data.partition]:
+                    del days[bisect.bisect_left(days, data.partition)]
     return found
 
 
@@ -151,16 +157,17 @@ def gate_states(
     partitions: Sequence[str],
     plan_id: str,
     gates: Iterable[str] = GATE_NAMES,
+    plan_runs: Sequence[dg.DagsterRun] | None = None,
 ) -> list[PartitionGate]:
-    """One state per (partition, gate) for `plan_id`."""
+    """One state per (partition, gate) for `plan_id`. `plan_runs`: every run of the plan,
+    newest first, when the caller read them already."""
     asset = dg.AssetKey(shadow_key)
     keys = [dg.AssetCheckKey(asset, g) for g in gates]
     infos = instance.event_log_storage.get_asset_check_partition_info(
         keys, partition_keys=list(partitions)
     )
-    plan_runs = [
-        r.dagster_run for r in instance.get_run_records(dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))
-    ]  # newest first
+    if plan_runs is None:
+        plan_runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))
     ours = {r.run_id for r in plan_runs}
     latest: dict[tuple[str, str], int] = {}
     evaluations: dict[tuple[str, str], _Evaluation] = {}

@@ -30,11 +30,11 @@ def plan_status(
 ) -> dict[str, Any]:
     plan, status = current_plan(instance, wh, plan_id)
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
-    states = gate_states(instance, plan.shadow, plan.partitions, plan_id, plan.gates)
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))  # newest first
+    states = gate_states(instance, plan.shadow, plan.partitions, plan_id, plan.gates, runs)
     by_partition: dict[str, list[GateState]] = {}
     for s in states:
         by_partition.setdefault(s.partition, []).append(s.state)
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}), limit=500)
     latest_run: dict[str, dg.DagsterRun] = {}
     for r in runs:  # newest first
         b = r.tags.get(BATCH_TAG)
