@@ -13,6 +13,7 @@ import datetime as dt
 import os
 import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,9 @@ ROWS_PER_DAY = 300
 # storage is a commit, and a commit's fsync on this machine's disk costs 1.2 ms against 0.06 ms
 # on tmpfs (`tests/test_execute.py -k embedded`, 4 tests: 28.5-38.6 s on disk, 21.3-25.6 s on
 # tmpfs, alternated, 2026-12-07). What a test checks does not depend on where its files are:
-# the crash tests kill processes, not the machine. `--basetemp` or BACKFILL_ASSETS_TEST_TMP
-# (a folder, or "default" for pytest's own) choose another place.
+# the crash tests kill processes, not the machine. TMPDIR goes there too, for the processes the
+# tests start (the bench's scratch, the demo's, throwaway servers). `--basetemp`, or
+# BACKFILL_ASSETS_TEST_TMP (a folder, or "default" for pytest's own), chooses another place.
 TMPFS = Path("/dev/shm")
 TMPFS_MIN_FREE = 4 << 30  # a whole suite's files take about 1.1 GiB
 
@@ -59,18 +61,31 @@ def _tmpfs_basetemp() -> Path | None:
             return None
         root = TMPFS / f"backfill_assets-tests-{os.getuid()}"
     root.mkdir(parents=True, exist_ok=True)
-    for old in root.glob("run-*"):
-        pid = old.name.removeprefix("run-")
+    for old in [*root.glob("run-*"), *root.glob("tmp-*")]:
+        pid = old.name.split("-", 1)[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(old, ignore_errors=True)
     return root / f"run-{os.getpid()}"
+
+
+def _tmpfs_tmpdir(basetemp: Path) -> None:
+    """TMPDIR for this session and every process it starts (the bench's and the demo's scratch
+    folders, throwaway servers' data), beside `basetemp`: open to all like /tmp, since the
+    `postgres` user must reach a throwaway server's folder in it."""
+    tmp = basetemp.with_name(f"tmp-{os.getpid()}")
+    tmp.mkdir(exist_ok=True)
+    tmp.chmod(0o1777)
+    os.environ["TMPDIR"] = str(tmp)
+    tempfile.tempdir = None  # read TMPDIR again
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest's tmp_path factory reads --basetemp
 def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         chosen = _tmpfs_basetemp()
-        config.option.basetemp = None if chosen is None else str(chosen)
+        if chosen is not None:
+            config.option.basetemp = str(chosen)
+            _tmpfs_tmpdir(chosen)
     _handle_sigint()
 
 
@@ -82,6 +97,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         return
     if Path(base).name == f"run-{os.getpid()}" and getattr(config, "_backfill_failed", 1) == 0:
         shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(Path(base).with_name(f"tmp-{os.getpid()}"), ignore_errors=True)
 
 
 def _handle_sigint() -> None:

@@ -175,7 +175,12 @@ def _files_read(reads: Reads) -> dict[str, list[int] | None]:
         paths.add(folder)
         with contextlib.suppress(OSError):
             paths.update(os.path.join(folder, name) for name in os.listdir(folder))
-    paths = {p for p in paths if not p.startswith(("/proc/", "/dev/", "/sys/"))}
+    # Not the kernel's files and devices; but a tmpfs under /dev/shm holds files like any other.
+    paths = {
+        p
+        for p in paths
+        if p.startswith("/dev/shm/") or not p.startswith(("/proc/", "/dev/", "/sys/"))
+    }
     return {p: _stat(p) for p in sorted(paths)}
 
 
