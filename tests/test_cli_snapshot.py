@@ -304,3 +304,22 @@ def test_the_snapshot_keeps_a_tables_budget():
     back = _roundtrip(backfill_definitions([budgeted]))
     assert back.tables[ORDERS.key].backfill_budget == Budget(max_seconds=600, max_rows=10_000)
     assert _roundtrip(backfill_definitions([ORDERS])).tables[ORDERS.key].backfill_budget is None
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm on this machine")
+def test_files_on_a_tmpfs_under_dev_shm_are_fingerprinted_and_devices_are_not():
+    # Regression: everything under /dev/ was left out, so a project on /dev/shm (a tmpfs) kept
+    # its first snapshot after an edit.
+    folder = Path("/dev/shm") / f"backfill_assets-snapshot-{os.getpid()}"
+    folder.mkdir()
+    try:
+        module = folder / "tables.py"
+        module.write_text("SIZE = 50\n")
+        reads = snapshot.Reads(files={str(module), "/dev/null"}, folders=set())
+        seen = snapshot._files_read(reads)
+        assert str(module) in seen and "/dev/null" not in seen
+        assert snapshot._unchanged(seen)
+        module.write_text("SIZE = 600\n")
+        assert not snapshot._unchanged(seen)
+    finally:
+        shutil.rmtree(folder)
