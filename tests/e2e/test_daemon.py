@@ -35,6 +35,7 @@ from backfill_assets.constants import (
     PLAN_ID_TAG,
     ROLE_REFRESH,
     ROLE_RUNNER,
+    ROLE_SWAP,
     ROLE_TAG,
     START_JOB,
     driver_sensor,
@@ -670,40 +671,50 @@ def test_a_plan_driven_by_the_daemon_and_the_cli_never_act_at_once(dev):
     monday = d12 - dt.timedelta(days=d12.weekday())
     plan = plan_now(dev, monday - dt.timedelta(days=2), monday + dt.timedelta(days=1), window)
     approve_plan(dev.instance, dev.wh(), ORDERS, plan, "e2e")
+    before = quiet_checksums(dev, plan.start, plan.end)
     started = cli(dev, "start", plan.plan_id)
     assert started.returncode == 0, started.stderr
-    # While the daemon drives it, a swap before every batch passed is refused: either the table
-    # is being written by one of the daemon's batches, or the gates are not all run yet. (First,
-    # while the daemon has the most left to do: on a loaded machine it passed both batches
-    # while three CLI commands started one after the other, and the swap then rightly went on.
-    # Nor does this swap wait the usual 5 s for a batch holding the table: with the tests' files
-    # on a tmpfs, both batches passed within that wait, and the swap, again rightly, went on.)
-    swap = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="0.5")
-    assert swap.returncode == 2, swap.stderr
-    assert any(
-        why in swap.stderr
-        for why in ("is being written by run", "cannot be swapped", "is held by another process")
-    ), swap.stderr
-    # ... the CLI refuses to run it, and says why...
-    run = cli(dev, "run", plan.plan_id, "--ignore-window")
-    assert run.returncode == 2 and "being driven by the daemon" in run.stderr
-    # ... and a rollback is refused at once (nothing is swapped).
+    # While the daemon drives it, a rollback is refused at once (nothing is swapped; the daemon
+    # never swaps)...
     rollback = cli(dev, "rollback", plan.plan_id, "--no-refresh")
     assert rollback.returncode == 2 and "only a swapped plan" in rollback.stderr
+    # ... the CLI refuses to run its batches, and says why...
+    run = cli(dev, "run", plan.plan_id, "--ignore-window")
+    assert run.returncode == 2 and "being driven by the daemon" in run.stderr
+    # ... and a swap is refused while a batch is left: either the table is being written by one
+    # of the daemon's batches, or the gates are not all run yet. The swap does not wait for the
+    # table here (0.5 s, not the tests' 5 s). The daemon may still have passed both batches
+    # before the swap started (it did, with the tests' files on a tmpfs, and on a loaded
+    # machine): then the swap rightly goes on, and it must have begun after every batch ended.
+    swap = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="0.5")
+    batch_runs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
+    if swap.returncode == 0:
+        # The swap job's run (tagged by role; the newest, as the module's tests share the instance)
+        swaps = dg.RunsFilter(tags={ROLE_TAG: ROLE_SWAP})
+        swap_run = dev.instance.get_run_records(swaps, limit=1)[0]
+        assert sorted(r.dagster_run.tags[BATCH_TAG] for r in batch_runs) == ["1", "2"]
+        assert all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in batch_runs)
+        assert swap_run.start_time is not None
+        assert all(
+            r.end_time is not None and r.end_time <= swap_run.start_time for r in batch_runs
+        ), [(r.dagster_run.run_id, r.end_time) for r in batch_runs]
+    else:
+        assert swap.returncode == 2, swap.stderr
+        refusals = ("is being written by run", "cannot be swapped", "is held by another process")
+        assert any(why in swap.stderr for why in refusals), swap.stderr
 
-    def all_batches_passed() -> bool:
-        ticks = _sensor_ticks(dev, DRIVER_SENSOR) or []
-        return any(f"plan {plan.plan_id}: all batches passed" in (t["skipReason"] or "")
-                   for t in ticks)  # fmt: skip
+        def all_batches_passed() -> bool:
+            ticks = _sensor_ticks(dev, DRIVER_SENSOR) or []
+            return any(f"plan {plan.plan_id}: all batches passed" in (t["skipReason"] or "")
+                       for t in ticks)  # fmt: skip
 
-    wait_for("the daemon to pass every batch", all_batches_passed, 3 * RUN_TIMEOUT_S, dev)
-    before = quiet_checksums(dev, plan.start, plan.end)
-    validated = quiet_checksums(dev, plan.start, plan.end, shadow=True)
-    assert sorted(validated) == sorted(before)  # every day of the plan has a validated shadow
-    # Now only the CLI acts: it swaps, and the daemon launches nothing more for the plan.
-    swapped = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="60")
-    assert swapped.returncode == 0, swapped.stderr
-    assert quiet_checksums(dev, plan.start, plan.end) == validated
+        wait_for("the daemon to pass every batch", all_batches_passed, 3 * RUN_TIMEOUT_S, dev)
+        validated = quiet_checksums(dev, plan.start, plan.end, shadow=True)
+        assert sorted(validated) == sorted(before)  # every day of the plan has a validated shadow
+        # Now only the CLI acts: it swaps, and the daemon launches nothing more for the plan.
+        swapped = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="60")
+        assert swapped.returncode == 0, swapped.stderr
+        assert quiet_checksums(dev, plan.start, plan.end) == validated
     # The UI's "Report materialization event" on the swapped plan's partition of
     # backfill_plans. Regression: it replaced the plan's record; every command then lost the
     # plan, and its rollback was refused ("not approved in this Dagster instance").
