@@ -151,6 +151,11 @@ def _from_runs(
     return found
 
 
+def runs_of_plan(instance: dg.DagsterInstance, plan_id: str) -> Sequence[dg.DagsterRun]:
+    """Every run of the plan, newest first: what `gate_states` reads its evaluations from."""
+    return instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))
+
+
 def gate_states(
     instance: dg.DagsterInstance,
     shadow_key: str,
@@ -159,15 +164,15 @@ def gate_states(
     gates: Iterable[str] = GATE_NAMES,
     plan_runs: Sequence[dg.DagsterRun] | None = None,
 ) -> list[PartitionGate]:
-    """One state per (partition, gate) for `plan_id`. `plan_runs`: every run of the plan,
-    newest first, when the caller read them already."""
+    """One state per (partition, gate) for `plan_id`. `plan_runs`: `runs_of_plan`'s answer,
+    when the caller read it already."""
     asset = dg.AssetKey(shadow_key)
     keys = [dg.AssetCheckKey(asset, g) for g in gates]
     infos = instance.event_log_storage.get_asset_check_partition_info(
         keys, partition_keys=list(partitions)
     )
     if plan_runs is None:
-        plan_runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))
+        plan_runs = runs_of_plan(instance, plan_id)
     ours = {r.run_id for r in plan_runs}
     latest: dict[tuple[str, str], int] = {}
     evaluations: dict[tuple[str, str], _Evaluation] = {}

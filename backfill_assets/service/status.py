@@ -8,12 +8,12 @@ from typing import Any
 
 import dagster as dg
 
-from backfill_assets.constants import BATCH_TAG, PLAN_ID_TAG
+from backfill_assets.constants import BATCH_TAG
 from backfill_assets.errors import WarehouseError
 from backfill_assets.lib.states import IN_PROGRESS_RUN_STATUSES, GateState
 from backfill_assets.lib.table import BackfillableTable
 from backfill_assets.lib.warehouse.base import Warehouse
-from backfill_assets.service.gating import gate_states
+from backfill_assets.service.gating import gate_states, runs_of_plan
 from backfill_assets.service.guards import daily_runs_in_progress
 from backfill_assets.service.lease import gone_reason
 from backfill_assets.service.plans import DIFF_SUMMARY, latest_plan_record
@@ -30,7 +30,7 @@ def plan_status(
 ) -> dict[str, Any]:
     plan, status = current_plan(instance, wh, plan_id)
     table = table_for(dict(tables), plan.target, what=f"plan {plan_id}'s target")
-    runs = instance.get_runs(filters=dg.RunsFilter(tags={PLAN_ID_TAG: plan_id}))  # newest first
+    runs = runs_of_plan(instance, plan_id)  # newest first
     states = gate_states(instance, plan.shadow, plan.partitions, plan_id, plan.gates, runs)
     by_partition: dict[str, list[GateState]] = {}
     for s in states:
