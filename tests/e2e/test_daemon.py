@@ -687,8 +687,9 @@ def test_a_plan_driven_by_the_daemon_and_the_cli_never_act_at_once(dev):
     # before the swap started (it did, with the tests' files on a tmpfs, and on a loaded
     # machine): then the swap rightly goes on, and it must have begun after every batch ended.
     swap = cli(dev, "swap", plan.plan_id, "--no-refresh", timeout_s="0.5")
-    batch_runs = [r for r in plan_runs(dev, plan.plan_id) if r.dagster_run.tags.get(BATCH_TAG)]
     if swap.returncode == 0:
+        runs = plan_runs(dev, plan.plan_id)
+        batch_runs = [r for r in runs if r.dagster_run.tags.get(BATCH_TAG)]
         # The swap job's run (tagged by role; the newest, as the module's tests share the instance)
         swaps = dg.RunsFilter(tags={ROLE_TAG: ROLE_SWAP})
         swap_run = dev.instance.get_run_records(swaps, limit=1)[0]
